@@ -1,0 +1,110 @@
+//! The one error type of the safe API. Every check runs before any buffer is written, so an
+//! `Err` always means "nothing was touched".
+
+use core::fmt;
+
+/// Why a call was refused.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A buffer's length differs from the weights' (or source's) length.
+    LengthMismatch {
+        /// Which buffer.
+        buffer: &'static str,
+        /// The length it must have.
+        expected: usize,
+        /// The length it has.
+        found: usize,
+    },
+    /// A step over zero elements (almost always a caller bug, so it is refused rather than ignored).
+    Empty,
+    /// A hyperparameter is out of its domain.
+    InvalidHyperparameter {
+        /// Its name, as in PyTorch.
+        name: &'static str,
+        /// The value given.
+        value: f64,
+        /// The domain it must lie in.
+        expected: &'static str,
+    },
+    /// Step 0 was requested: steps count from 1 (bias corrections divide by `1 - beta^step`).
+    StepZero,
+    /// The step counter would pass `u32::MAX` (the RNG counter word that holds it).
+    StepOverflow,
+    /// A state buffer the configuration needs is missing, or one it does not use was given.
+    StateMismatch {
+        /// Which buffer.
+        buffer: &'static str,
+        /// Whether the configuration needs it.
+        required: bool,
+    },
+    /// A tensor stream id does not fit its 28 bits.
+    StreamOutOfRange {
+        /// The id given.
+        stream: u32,
+    },
+    /// `index_base + len` reaches past the 2^51 element indices the RNG layout has.
+    IndexOutOfRange {
+        /// The first global element index.
+        index_base: u64,
+        /// The number of elements.
+        len: usize,
+    },
+    /// A differing-mode replica index above 65534 (the slot is `replica + 1` in 16 bits).
+    ReplicaOutOfRange {
+        /// The index given.
+        replica: u16,
+    },
+    /// A checkpoint blob of the wrong length or version.
+    BadCheckpoint,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::LengthMismatch {
+                buffer,
+                expected,
+                found,
+            } => write!(f, "{buffer} has {found} elements, expected {expected}"),
+            Error::Empty => f.write_str("empty tensor: nothing to step"),
+            Error::InvalidHyperparameter {
+                name,
+                value,
+                expected,
+            } => write!(f, "invalid {name} = {value}: must be {expected}"),
+            Error::StepZero => f.write_str("step must be at least 1"),
+            Error::StepOverflow => f.write_str("step counter would exceed u32::MAX"),
+            Error::StateMismatch {
+                buffer,
+                required: true,
+            } => write!(
+                f,
+                "{buffer} is required by this configuration but was not given"
+            ),
+            Error::StateMismatch {
+                buffer,
+                required: false,
+            } => write!(
+                f,
+                "{buffer} was given but this configuration does not use it"
+            ),
+            Error::StreamOutOfRange { stream } => {
+                write!(f, "stream id {stream} does not fit in 28 bits")
+            }
+            Error::IndexOutOfRange { index_base, len } => write!(
+                f,
+                "element indices {index_base}..{index_base}+{len} exceed the RNG's 2^51 range"
+            ),
+            Error::ReplicaOutOfRange { replica } => {
+                write!(f, "replica index {replica} exceeds 65534")
+            }
+            Error::BadCheckpoint => f.write_str("checkpoint blob has the wrong length or version"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Shorthand for this crate's results.
+pub type Result<T> = core::result::Result<T, Error>;

@@ -1,0 +1,48 @@
+//! # halfstep
+//!
+//! CPU kernels for low-precision training: fused optimizer steps (SGD, Adagrad, Adam/AdamW,
+//! LAMB) over f32, bf16 and Split-SGD (bf16 top + 16-bit trail) weights, with stochastic rounding
+//! driven by a counter-based RNG (Philox4x32-10), so the random bits are a pure function of
+//! (seed, step, stream, element index).
+//!
+//! The [`reference`] module is the specification in code; `docs/SPEC.md` states it in words.
+//!
+//! ```
+//! use halfstep::{AdamConfig, AdamTensor, Grads, Optimizer, Rounding, State, TensorStream, Weights};
+//! use half::bf16;
+//!
+//! let mut w = vec![bf16::from_f32(0.5); 4];
+//! let grads = [0.1f32, -0.2, 0.3, 0.0];
+//! let (mut m, mut v) = (vec![0f32; 4], vec![0f32; 4]);
+//! let mut opt = Optimizer::new(AdamConfig::adamw(1e-3), 42)?;
+//! opt.step(&mut [AdamTensor {
+//!     weights: Weights::Bf16(&mut w, Rounding::Stochastic),
+//!     grads: Grads::F32(&grads),
+//!     exp_avg: State::F32(&mut m),
+//!     exp_avg_sq: State::F32(&mut v),
+//!     max_exp_avg_sq: None,
+//!     stream: TensorStream::new(0),
+//! }])?;
+//! assert_eq!(opt.checkpoint().steps_taken, 1);
+//! # Ok::<(), halfstep::Error>(())
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod convert;
+mod error;
+pub mod optim;
+pub mod reference;
+pub mod rng;
+mod storage;
+
+pub use error::{Error, Result};
+pub use optim::{
+    AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Checkpoint, LambConfig, LambTensor,
+    Optimizer, SgdConfig, SgdTensor, adagrad_step, adam_step, lamb_step, sgd_step,
+};
+pub use rng::{PhiloxRng, Purpose, Replica, StepContext, TensorStream};
+pub use storage::{Grads, Rounding, State, Weights};
+
+pub use half::{bf16, f16};

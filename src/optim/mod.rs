@@ -1,0 +1,201 @@
+//! The safe optimizer API: hyperparameter configs (validated), the constants each step derives
+//! from them on the host (in f64, SPEC.md §6.1), per-tensor argument bundles, the stateless step
+//! functions, and [`Optimizer`], which owns the step counter and seed that make a run
+//! checkpointable.
+//!
+//! Every step function validates everything first and only then writes; an `Err` means no
+//! buffer was touched. Nothing on the step path allocates.
+
+mod adagrad;
+mod adam;
+mod lamb;
+mod sgd;
+
+pub use adagrad::{AdagradConfig, AdagradConsts, AdagradTensor, adagrad_step};
+pub use adam::{AdamConfig, AdamConsts, AdamTensor, adam_step};
+pub use lamb::{LambConfig, LambConsts, LambTensor, lamb_step};
+pub use sgd::{SgdConfig, SgdConsts, SgdTensor, sgd_step};
+
+use crate::error::{Error, Result};
+use crate::rng::StepContext;
+
+/// `base^exp` by binary exponentiation in f64, in exactly this order, so that any language
+/// reproduces it (libm `pow` is not correctly rounded everywhere). SPEC.md §6.1.
+pub fn powi_f64(base: f64, mut exp: u32) -> f64 {
+    let mut result = 1.0f64;
+    let mut b = base;
+    while exp > 0 {
+        if exp & 1 == 1 {
+            result *= b;
+        }
+        b *= b;
+        exp >>= 1;
+    }
+    result
+}
+
+/// Refuses `value` for `name` unless `ok`.
+fn require(ok: bool, name: &'static str, value: f32, expected: &'static str) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidHyperparameter {
+            name,
+            value: f64::from(value),
+            expected,
+        })
+    }
+}
+
+fn require_nonneg(name: &'static str, value: f32) -> Result<()> {
+    require(
+        value.is_finite() && value >= 0.0,
+        name,
+        value,
+        "finite and >= 0",
+    )
+}
+
+fn require_beta(name: &'static str, value: f32) -> Result<()> {
+    require((0.0..1.0).contains(&value), name, value, "in [0, 1)")
+}
+
+fn require_eps(value: f32) -> Result<()> {
+    require(
+        value.is_finite() && value > 0.0,
+        "eps",
+        value,
+        "finite and > 0",
+    )
+}
+
+fn require_step(ctx: &StepContext) -> Result<()> {
+    if ctx.step == 0 {
+        return Err(Error::StepZero);
+    }
+    ctx.replica.slot().map(|_| ())
+}
+
+/// An optimizer configuration that can step one tensor at a time; [`Optimizer`] drives it.
+pub trait Step {
+    /// One tensor's buffers.
+    type Tensor<'a>;
+    /// Checks the hyperparameters.
+    fn validate(&self) -> Result<()>;
+    /// Checks one tensor's buffers against this configuration (no writes).
+    fn check_tensor(&self, t: &Self::Tensor<'_>) -> Result<()>;
+    /// Steps one tensor. Must only be called after both checks passed.
+    fn step_checked(&self, ctx: &StepContext, t: &mut Self::Tensor<'_>);
+}
+
+/// A configured optimizer with its RNG state (seed, step count): the part of a run's state that
+/// is not in the tensors. [`Optimizer::checkpoint`] and [`Optimizer::resume`] save and restore it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Optimizer<C> {
+    config: C,
+    seed: u64,
+    steps_taken: u32,
+}
+
+/// The RNG state of an [`Optimizer`]: seed and number of steps taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Checkpoint {
+    /// The run's seed.
+    pub seed: u64,
+    /// Steps taken so far (the next step is `steps_taken + 1`).
+    pub steps_taken: u32,
+}
+
+impl Checkpoint {
+    const VERSION: u32 = 1;
+
+    /// 16 bytes: version, seed, steps taken (little-endian u32, u64, u32).
+    pub fn to_bytes(&self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[0..4].copy_from_slice(&Self::VERSION.to_le_bytes());
+        b[4..12].copy_from_slice(&self.seed.to_le_bytes());
+        b[12..16].copy_from_slice(&self.steps_taken.to_le_bytes());
+        b
+    }
+
+    /// Parses [`Checkpoint::to_bytes`]'s output.
+    pub fn from_bytes(b: &[u8]) -> Result<Checkpoint> {
+        let b: &[u8; 16] = b.try_into().map_err(|_| Error::BadCheckpoint)?;
+        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        if word(0) != Self::VERSION {
+            return Err(Error::BadCheckpoint);
+        }
+        let mut seed = [0u8; 8];
+        seed.copy_from_slice(&b[4..12]);
+        Ok(Checkpoint {
+            seed: u64::from_le_bytes(seed),
+            steps_taken: word(12),
+        })
+    }
+}
+
+impl<C: Step> Optimizer<C> {
+    /// A new run with `seed`, no steps taken. Fails on invalid hyperparameters.
+    pub fn new(config: C, seed: u64) -> Result<Optimizer<C>> {
+        Optimizer::resume(
+            config,
+            Checkpoint {
+                seed,
+                steps_taken: 0,
+            },
+        )
+    }
+
+    /// Continues a run from a checkpoint.
+    pub fn resume(config: C, checkpoint: Checkpoint) -> Result<Optimizer<C>> {
+        config.validate()?;
+        Ok(Optimizer {
+            config,
+            seed: checkpoint.seed,
+            steps_taken: checkpoint.steps_taken,
+        })
+    }
+
+    /// The hyperparameters.
+    pub fn config(&self) -> &C {
+        &self.config
+    }
+
+    /// The RNG state to save with the tensors.
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            seed: self.seed,
+            steps_taken: self.steps_taken,
+        }
+    }
+
+    /// Takes one step over all `tensors` (a parameter group) with bits shared by all replicas.
+    /// Every tensor is checked before any is written; on error nothing changes, the step count
+    /// included.
+    pub fn step(&mut self, tensors: &mut [C::Tensor<'_>]) -> Result<()> {
+        self.step_with_replica(tensors, crate::rng::Replica::Identical)
+    }
+
+    /// As [`Optimizer::step`], with the given replica mode for the rounding bits.
+    pub fn step_with_replica(
+        &mut self,
+        tensors: &mut [C::Tensor<'_>],
+        replica: crate::rng::Replica,
+    ) -> Result<()> {
+        let step = self.steps_taken.checked_add(1).ok_or(Error::StepOverflow)?;
+        replica.slot()?;
+        for t in tensors.iter() {
+            self.config.check_tensor(t)?;
+        }
+        let ctx = StepContext {
+            seed: self.seed,
+            step,
+            replica,
+        };
+        for t in tensors.iter_mut() {
+            self.config.step_checked(&ctx, t);
+        }
+        self.steps_taken = step;
+        Ok(())
+    }
+}

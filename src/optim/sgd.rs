@@ -1,0 +1,147 @@
+use super::{Step, require, require_nonneg, require_step};
+use crate::error::Result;
+use crate::reference;
+use crate::rng::{StepContext, TensorStream};
+use crate::storage::{Grads, State, Weights, check_optional};
+
+/// SGD hyperparameters, with PyTorch's meaning and defaults (`torch.optim.SGD`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdConfig {
+    /// Learning rate: finite, >= 0.
+    pub lr: f32,
+    /// Momentum factor in [0, 1]; 0 means no momentum buffer.
+    pub momentum: f32,
+    /// Dampening in [0, 1] (must be 0 with nesterov).
+    pub dampening: f32,
+    /// L2 penalty added to the gradient: finite, >= 0.
+    pub weight_decay: f32,
+    /// Nesterov momentum (needs momentum > 0 and dampening 0).
+    pub nesterov: bool,
+    /// Maximize the objective (negate the gradient).
+    pub maximize: bool,
+}
+
+impl Default for SgdConfig {
+    fn default() -> Self {
+        SgdConfig {
+            lr: 1e-3,
+            momentum: 0.0,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+            maximize: false,
+        }
+    }
+}
+
+/// The f32 constants one SGD step uses (SPEC.md §6.2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdConsts {
+    /// `lr`.
+    pub lr: f32,
+    /// `momentum`.
+    pub momentum: f32,
+    /// `f32(1 - f64(dampening))`.
+    pub one_minus_dampening: f32,
+    /// `weight_decay`.
+    pub weight_decay: f32,
+    /// Whether a momentum buffer is used (momentum != 0).
+    pub use_momentum: bool,
+    /// Step 1: the momentum buffer is set to the gradient, its old contents ignored.
+    pub first_step: bool,
+    /// Nesterov.
+    pub nesterov: bool,
+    /// Maximize.
+    pub maximize: bool,
+}
+
+impl SgdConfig {
+    /// Checks every hyperparameter.
+    pub fn validate(&self) -> Result<()> {
+        require_nonneg("lr", self.lr)?;
+        let unit = "in [0, 1]";
+        require(
+            (0.0..=1.0).contains(&self.momentum),
+            "momentum",
+            self.momentum,
+            unit,
+        )?;
+        require(
+            (0.0..=1.0).contains(&self.dampening),
+            "dampening",
+            self.dampening,
+            unit,
+        )?;
+        require_nonneg("weight_decay", self.weight_decay)?;
+        if self.nesterov {
+            require(
+                self.momentum > 0.0,
+                "momentum",
+                self.momentum,
+                "> 0 with nesterov",
+            )?;
+            require(
+                self.dampening == 0.0,
+                "dampening",
+                self.dampening,
+                "0 with nesterov",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The constants for `step` (>= 1).
+    pub fn consts(&self, step: u32) -> SgdConsts {
+        SgdConsts {
+            lr: self.lr,
+            momentum: self.momentum,
+            one_minus_dampening: (1.0 - f64::from(self.dampening)) as f32,
+            weight_decay: self.weight_decay,
+            use_momentum: self.momentum != 0.0,
+            first_step: step == 1,
+            nesterov: self.nesterov,
+            maximize: self.maximize,
+        }
+    }
+}
+
+/// One tensor's buffers for an SGD step.
+#[derive(Debug)]
+pub struct SgdTensor<'a> {
+    /// Weights, updated in place.
+    pub weights: Weights<'a>,
+    /// Gradients.
+    pub grads: Grads<'a>,
+    /// Momentum buffer: required iff `momentum != 0`. Overwritten with the gradient on step 1.
+    pub momentum: Option<State<'a>>,
+    /// Where this tensor's random bits come from.
+    pub stream: TensorStream,
+}
+
+impl Step for SgdConfig {
+    type Tensor<'a> = SgdTensor<'a>;
+
+    fn validate(&self) -> Result<()> {
+        SgdConfig::validate(self)
+    }
+
+    fn check_tensor(&self, t: &SgdTensor<'_>) -> Result<()> {
+        let n = t.weights.check()?;
+        t.grads.check(n)?;
+        check_optional(&t.momentum, "momentum", self.momentum != 0.0, n)?;
+        t.stream.check(n)
+    }
+
+    fn step_checked(&self, ctx: &StepContext, t: &mut SgdTensor<'_>) {
+        reference::sgd::step(&self.consts(ctx.step), ctx, t);
+    }
+}
+
+/// One SGD step on one tensor. Validates everything, then updates in place.
+pub fn sgd_step(config: &SgdConfig, ctx: &StepContext, tensor: &mut SgdTensor<'_>) -> Result<()> {
+    config.validate()?;
+    require_step(ctx)?;
+    config.check_tensor(tensor)?;
+    config.step_checked(ctx, tensor);
+    Ok(())
+}

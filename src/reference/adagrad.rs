@@ -1,0 +1,28 @@
+//! Reference Adagrad (SPEC.md §6.3).
+
+use crate::optim::{AdagradConsts, AdagradTensor};
+use crate::reference::philox::element_bits;
+use crate::rng::{Purpose, StepContext, coord};
+
+/// The update of one element: new weight and new sum.
+pub fn element(c: &AdagradConsts, p: f32, g: f32, sum: f32) -> (f32, f32) {
+    let mut g = if c.maximize { -g } else { g };
+    if c.weight_decay != 0.0 {
+        g = c.weight_decay.mul_add(p, g);
+    }
+    let sum = g.mul_add(g, sum);
+    let denom = sum.sqrt() + c.eps;
+    ((-c.clr).mul_add(g / denom, p), sum)
+}
+
+/// Steps one tensor in place. The caller has validated the tensor against the configuration.
+pub fn step(c: &AdagradConsts, ctx: &StepContext, t: &mut AdagradTensor<'_>) {
+    let w_bits = coord(ctx, &t.stream, Purpose::Weights);
+    let s_bits = coord(ctx, &t.stream, Purpose::SecondMoment);
+    for i in 0..t.weights.len() {
+        let e = t.stream.index_base + i as u64;
+        let (p, sum) = element(c, t.weights.load(i), t.grads.load(i), t.sum.load(i));
+        t.sum.store(i, sum, || element_bits(&s_bits, e));
+        t.weights.store(i, p, || element_bits(&w_bits, e));
+    }
+}

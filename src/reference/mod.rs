@@ -1,0 +1,20 @@
+//! The scalar reference: the specification in code. Plain, obviously-correct Rust, one element
+//! at a time, no SIMD and no cleverness. Every backend is tested bit for bit against it, and
+//! `docs/SPEC.md` states the same rules in words.
+//!
+//! - [`philox`]: Philox4x32-10 and the element -> random-bits layout.
+//! - [`round`]: f32 -> bf16 / f16 (nearest-even, stochastic, toward zero) and back.
+//! - [`split`]: the Split-SGD top/trail layout.
+//! - [`norm`]: the canonical sum-of-squares reduction.
+//! - [`sgd`], [`adagrad`], [`adam`], [`lamb`]: one element's update and the loop over a tensor,
+//!   written once for every storage kind (the loads and stores in `storage.rs` do the format work).
+
+pub mod adagrad;
+pub mod adam;
+pub mod lamb;
+pub mod norm;
+pub mod philox;
+pub mod round;
+pub mod sgd;
+pub mod split;
+mod storage;
