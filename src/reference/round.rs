@@ -161,7 +161,8 @@ pub const F16_EMIN: i32 = -14;
 const F16_INF: u16 = 0x7C00;
 
 /// f32 -> f16 in the given mode, with gradual underflow: in stochastic mode the random bits sit
-/// under the f16 quantum in the subnormal range too (2^-24 there). Overflow gives ±Inf; NaN
+/// under the f16 quantum in the subnormal range too (2^-24 there). Overflow gives ±Inf (toward
+/// zero: ±65504, as IEEE round-toward-zero does); NaN
 /// becomes `sign | 0x7E00 | payload >> 13` (quiet, sign and top payload kept, as F16C does).
 pub fn f32_to_f16(x: f32, mode: Mode) -> u16 {
     let b = x.to_bits();
@@ -174,7 +175,11 @@ pub fn f32_to_f16(x: f32, mode: Mode) -> u16 {
         return sign | F16_INF;
     }
     let mag = round_magnitude(a, F16_MAN, F16_EMIN, mode);
-    sign | mag.min(u64::from(F16_INF)) as u16
+    let limit = match mode {
+        Mode::TowardZero => F16_INF - 1,
+        _ => F16_INF,
+    };
+    sign | mag.min(u64::from(limit)) as u16
 }
 
 /// f16 -> f32: exact.
