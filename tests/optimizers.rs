@@ -1,6 +1,9 @@
 //! Every optimizer x storage combination against an f64 evaluation of the same formulas, within
 //! the documented bound (SPEC.md §6.6), plus one test per PyTorch-specific detail.
 
+// Index loops read best here: several parallel arrays per element.
+#![allow(clippy::needless_range_loop)]
+
 mod common;
 use common::*;
 use halfstep::{
@@ -299,7 +302,7 @@ fn adam_oracle(c: &AdamConfig, step: u32, p: f32, g: f32, m: f32, v: f32, vmax: 
     let (b1, b2) = (f64::from(c.beta1), f64::from(c.beta2));
     let m = k(m) + kd(1.0 - b1) * (g - k(m));
     let v = kd(b2) * k(v) + kd(1.0 - b2) * (g * g);
-    let vmax = if c.amsgrad && !(v.v <= f64::from(vmax)) {
+    let vmax = if c.amsgrad && (v.v > f64::from(vmax) || v.v.is_nan()) {
         v
     } else {
         k(vmax)
@@ -482,7 +485,7 @@ fn sgd_first_step_sets_momentum_to_the_gradient_without_dampening() {
     };
     let (mut w, mut buf) = (vec![1.0f32, 2.0], vec![123.0f32, -7.0]); // stale contents: ignored on step 1
     let g = [0.5f32, -0.25];
-    let mut t = |step, w: &mut Vec<f32>, buf: &mut Vec<f32>| {
+    let t = |step, w: &mut Vec<f32>, buf: &mut Vec<f32>| {
         let mut t = SgdTensor {
             weights: halfstep::Weights::F32(w),
             grads: halfstep::Grads::F32(&g),
@@ -669,4 +672,102 @@ fn hyperparameters_stay_f32_and_are_not_rounded_to_bf16() {
     };
     sgd_step(&cfg, &StepContext::new(1, 2), &mut t).unwrap();
     assert_eq!(buf[0], 0.9f32);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The random bits an optimizer uses are the documented ones.
+
+#[test]
+fn stochastic_rounding_in_a_step_uses_the_documented_stream_and_purpose_bits() {
+    use halfstep::reference::round::f32_to_bf16_stochastic;
+    use halfstep::rng::{Purpose, fill_element_bits};
+    let cfg = AdamConfig::adamw(1e-2);
+    let (p0, g0, m0, v0) = inputs(8);
+    let ctx = StepContext::new(0xABCD, 4);
+    let stream = TensorStream {
+        id: 77,
+        index_base: 1000,
+    };
+    let mut w = OwnedWeights::new(WKind::Bf16(Rounding::Stochastic), &p0);
+    let (mut m, mut v) = (
+        OwnedState::new(Some(Rounding::Stochastic), &m0),
+        OwnedState::new(Some(Rounding::Stochastic), &v0),
+    );
+    let ins = (w.values(), m.values(), v.values());
+    let mut t = AdamTensor {
+        weights: w.view(),
+        grads: halfstep::Grads::F32(&g0),
+        exp_avg: m.view(),
+        exp_avg_sq: v.view(),
+        max_exp_avg_sq: None,
+        stream,
+    };
+    adam_step(&cfg, &ctx, &mut t).unwrap();
+    let bits = |purpose| {
+        let mut b = vec![0u16; N];
+        fill_element_bits(&ctx, &stream, purpose, &mut b).unwrap();
+        b
+    };
+    let (bw, bm, bv) = (
+        bits(Purpose::Weights),
+        bits(Purpose::FirstMoment),
+        bits(Purpose::SecondMoment),
+    );
+    let c = cfg.consts(4);
+    for i in 0..N {
+        let (p, mm, vv, _) =
+            halfstep::reference::adam::element(&c, ins.0[i], g0[i], ins.1[i], ins.2[i], 0.0);
+        assert_eq!(
+            w.top[i].to_bits(),
+            f32_to_bf16_stochastic(p, bw[i]),
+            "p[{i}]"
+        );
+        assert_eq!(
+            m.bf16[i].to_bits(),
+            f32_to_bf16_stochastic(mm, bm[i]),
+            "m[{i}]"
+        );
+        assert_eq!(
+            v.bf16[i].to_bits(),
+            f32_to_bf16_stochastic(vv, bv[i]),
+            "v[{i}]"
+        );
+    }
+}
+
+#[test]
+fn stepping_a_tensor_in_shards_equals_stepping_it_whole() {
+    // With index_base set, each shard draws the same bits it would as part of the whole (ZeRO).
+    let cfg = SgdConfig {
+        lr: 0.1,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    let (p0, g0, m0, _) = inputs(9);
+    let run = |cuts: &[usize]| {
+        let mut w = OwnedWeights::new(WKind::Bf16(Rounding::Stochastic), &p0);
+        let mut m = OwnedState::new(Some(Rounding::Stochastic), &m0);
+        let bounds: Vec<usize> = [&[0][..], cuts, &[N]].concat();
+        for s in bounds.windows(2) {
+            let (a, b) = (s[0], s[1]);
+            let mut t = SgdTensor {
+                weights: halfstep::Weights::Bf16(&mut w.top[a..b], Rounding::Stochastic),
+                grads: halfstep::Grads::F32(&g0[a..b]),
+                momentum: Some(halfstep::State::Bf16(
+                    &mut m.bf16[a..b],
+                    Rounding::Stochastic,
+                )),
+                stream: TensorStream {
+                    id: 5,
+                    index_base: a as u64,
+                },
+            };
+            sgd_step(&cfg, &StepContext::new(3, 2), &mut t).unwrap();
+        }
+        (w.bits(), m.bits())
+    };
+    let whole = run(&[]);
+    for cuts in [&[1][..], &[128], &[100, 101, 250]] {
+        assert_eq!(run(cuts), whole, "cuts {cuts:?}");
+    }
 }
