@@ -46,3 +46,8 @@ pub use rng::{PhiloxRng, Purpose, Replica, StepContext, TensorStream};
 pub use storage::{Grads, Rounding, State, Weights};
 
 pub use half::{bf16, f16};
+
+// The README's usage example is compiled and run as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
