@@ -5,7 +5,7 @@
 //! driven by a counter-based RNG (Philox4x32-10), so the random bits are a pure function of
 //! (seed, step, stream, element index).
 //!
-//! The [`reference`] module is the specification in code; `docs/SPEC.md` states it in words.
+//! The [`reference`](mod@reference) module is the specification in code; `docs/SPEC.md` states it in words.
 //!
 //! ```
 //! use halfstep::{AdamConfig, AdamTensor, Grads, Optimizer, Rounding, State, TensorStream, Weights};
