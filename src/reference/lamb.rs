@@ -43,7 +43,8 @@ pub fn scaled_lr(c: &LambConsts, sum_sq_p: f64, sum_sq_u: f64) -> f32 {
 pub fn pass1(c: &LambConsts, ctx: &StepContext, t: &mut LambTensor<'_>) -> (f64, f64) {
     let m_bits = coord(ctx, &t.stream, Purpose::FirstMoment);
     let v_bits = coord(ctx, &t.stream, Purpose::SecondMoment);
-    let (mut sp, mut su) = (SumSquares::default(), SumSquares::default());
+    let base = t.stream.index_base;
+    let (mut sp, mut su) = (SumSquares::new(base), SumSquares::new(base));
     for i in 0..t.weights.len() {
         let e = t.stream.index_base + i as u64;
         let p = t.weights.load(i);

@@ -2,10 +2,10 @@
 //! thread count must reproduce.
 //!
 //! Squares are taken in f64, where the square of an f32 is exact, so only the additions round.
-//! Elements are cut into blocks of [`NORM_BLOCK`] by their index within the tensor; inside a
-//! block, element `i` goes to lane `i % 16`, each lane adding in index order; the 16 lanes are
-//! folded by a fixed tree (`l += l + 8`, then `+ 4`, `+ 2`, `+ 1`); block sums are added left to
-//! right, starting from +0.
+//! Elements are cut into blocks of [`NORM_BLOCK`] by their *global* index `e` (the same index the
+//! RNG uses, so SIMD chunks aligned for the RNG are aligned here too); inside a block, element `e`
+//! goes to lane `e % 16`, each lane adding in index order; the 16 lanes are folded by a fixed tree
+//! (`l += l + 8`, then `+ 4`, `+ 2`, `+ 1`); block sums are added in block order, from +0.
 
 /// Elements per reduction block (a multiple of every vector width and of the RNG group).
 pub const NORM_BLOCK: usize = 2048;
@@ -25,32 +25,36 @@ pub fn fold_lanes(mut lanes: [f64; NORM_LANES]) -> f64 {
     lanes[0]
 }
 
-/// A running canonical sum of squares, fed one element at a time in index order.
+/// A running canonical sum of squares, fed one element at a time in global-index order.
 #[derive(Clone, Debug)]
 pub struct SumSquares {
     lanes: [f64; NORM_LANES],
-    in_block: usize,
+    /// Global index of the next element.
+    next: u64,
+    /// Whether the current block has received an element.
+    open: bool,
     total: f64,
 }
 
-impl Default for SumSquares {
-    fn default() -> Self {
+impl SumSquares {
+    /// An empty sum whose first element has global index `index_base`.
+    pub fn new(index_base: u64) -> SumSquares {
         SumSquares {
             lanes: [0.0; NORM_LANES],
-            in_block: 0,
+            next: index_base,
+            open: false,
             total: 0.0,
         }
     }
-}
 
-impl SumSquares {
     /// Adds the next element's square.
     #[inline]
     pub fn push(&mut self, x: f32) {
         let x = f64::from(x);
-        self.lanes[self.in_block % NORM_LANES] += x * x;
-        self.in_block += 1;
-        if self.in_block == NORM_BLOCK {
+        self.lanes[(self.next % NORM_LANES as u64) as usize] += x * x;
+        self.open = true;
+        self.next += 1;
+        if self.next % NORM_BLOCK as u64 == 0 {
             self.close_block();
         }
     }
@@ -58,21 +62,46 @@ impl SumSquares {
     fn close_block(&mut self) {
         self.total += fold_lanes(self.lanes);
         self.lanes = [0.0; NORM_LANES];
-        self.in_block = 0;
+        self.open = false;
     }
 
     /// The sum over every element pushed.
     pub fn finish(mut self) -> f64 {
-        if self.in_block > 0 {
+        if self.open {
             self.close_block();
         }
         self.total
     }
 }
 
-/// The canonical sum of squares of a slice.
-pub fn sum_squares(xs: &[f32]) -> f64 {
-    let mut acc = SumSquares::default();
+/// The canonical sum of squares of a slice whose first element has global index `index_base`.
+pub fn sum_squares(xs: &[f32], index_base: u64) -> f64 {
+    let mut acc = SumSquares::new(index_base);
     xs.iter().for_each(|&x| acc.push(x));
     acc.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_and_lanes_follow_the_global_index() {
+        // Element 2047 closes block 0 alone when the slice starts there: its square is block 0's
+        // sum, and the rest start block 1 in lanes 0, 1, ...
+        let xs = [3.0f32, 1.0, 2.0];
+        assert_eq!(sum_squares(&xs, 2047), 14.0);
+    }
+
+    #[test]
+    fn lane_fold_is_the_documented_tree() {
+        let lanes: [f64; 16] = core::array::from_fn(|i| (i + 1) as f64);
+        assert_eq!(fold_lanes(lanes), 136.0);
+        // 2^53 + 1 + 1: the tree adds lanes 0 and 8 first, then 4 and 12 ... so the two ones meet.
+        let mut lanes = [0.0f64; 16];
+        lanes[0] = 9007199254740992.0;
+        lanes[1] = 1.0;
+        lanes[9] = 1.0;
+        assert_eq!(fold_lanes(lanes), 9007199254740994.0);
+    }
 }
