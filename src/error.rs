@@ -57,6 +57,16 @@ pub enum Error {
     },
     /// A checkpoint blob of the wrong length or version.
     BadCheckpoint,
+    /// A backend name (from `HALFSTEP_BACKEND` or [`crate::Backend::from_name`]) that does not exist.
+    UnknownBackend {
+        /// The name given.
+        name: String,
+    },
+    /// A backend this CPU or build target cannot run was requested.
+    BackendUnavailable {
+        /// The backend.
+        backend: crate::Backend,
+    },
 }
 
 impl fmt::Display for Error {
@@ -100,6 +110,16 @@ impl fmt::Display for Error {
                 write!(f, "replica index {replica} exceeds 65534")
             }
             Error::BadCheckpoint => f.write_str("checkpoint blob has the wrong length or version"),
+            Error::UnknownBackend { name } => write!(
+                f,
+                "unknown backend {name:?} (expected one of reference, portable, avx2, avx512, neon, auto)"
+            ),
+            Error::BackendUnavailable { backend } => {
+                write!(
+                    f,
+                    "backend {backend} is not available on this CPU or target"
+                )
+            }
         }
     }
 }

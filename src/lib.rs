@@ -27,16 +27,22 @@
 //! # Ok::<(), halfstep::Error>(())
 //! ```
 
-#![forbid(unsafe_code)]
+// Unsafe code lives only in `arch` (intrinsics), `kernels` (raw pointers inside the chunk
+// driver) and `dispatch` (calling target-feature entry points after detection).
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod arch;
 pub mod convert;
+mod dispatch;
 mod error;
+mod kernels;
 pub mod optim;
 pub mod reference;
 pub mod rng;
 mod storage;
 
+pub use dispatch::{ALL_BACKENDS, BACKEND_ENV, Backend, Engine};
 pub use error::{Error, Result};
 pub use optim::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Checkpoint, LambConfig, LambTensor,

@@ -120,21 +120,32 @@ pub(crate) fn coord(ctx: &StepContext, t: &TensorStream, purpose: Purpose) -> Bi
     }
 }
 
-/// The random bits for elements `index_base .. index_base + out.len()` of one stream, in order.
-/// Fails on an out-of-range stream, replica or index.
+/// The random bits for elements `index_base .. index_base + out.len()` of one stream, in order,
+/// on [`crate::Engine::global`]. Fails on an out-of-range stream, replica or index.
 pub fn fill_element_bits(
     ctx: &StepContext,
     stream: &TensorStream,
     purpose: Purpose,
     out: &mut [u16],
 ) -> Result<()> {
-    stream.check(out.len())?;
-    ctx.replica.slot()?;
-    let c = coord(ctx, stream, purpose);
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = philox::element_bits(&c, stream.index_base + i as u64);
+    crate::Engine::global()?.fill_element_bits(ctx, stream, purpose, out)
+}
+
+impl crate::Engine {
+    /// [`fill_element_bits`] on this engine's backend.
+    pub fn fill_element_bits(
+        &self,
+        ctx: &StepContext,
+        stream: &TensorStream,
+        purpose: Purpose,
+        out: &mut [u16],
+    ) -> Result<()> {
+        stream.check(out.len())?;
+        ctx.replica.slot()?;
+        let c = coord(ctx, stream, purpose);
+        (self.k.fill_bits)(&c, stream.index_base, out);
+        Ok(())
     }
-    Ok(())
 }
 
 /// A sequential Philox4x32-10 generator for code that wants a `rand_core` RNG.

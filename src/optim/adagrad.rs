@@ -1,4 +1,5 @@
-use super::{Step, require_eps, require_nonneg, require_step};
+use super::{Step, require_eps, require_nonneg};
+use crate::dispatch::Engine;
 use crate::error::Result;
 use crate::reference;
 use crate::rng::{StepContext, TensorStream};
@@ -109,8 +110,8 @@ impl Step for AdagradConfig {
         t.stream.check(n)
     }
 
-    fn step_checked(&self, ctx: &StepContext, t: &mut AdagradTensor<'_>) {
-        reference::adagrad::step(&self.consts(ctx.step), ctx, t);
+    fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut AdagradTensor<'_>) {
+        (engine.k.adagrad)(&self.consts(ctx.step), ctx, t);
     }
 }
 
@@ -120,9 +121,5 @@ pub fn adagrad_step(
     ctx: &StepContext,
     tensor: &mut AdagradTensor<'_>,
 ) -> Result<()> {
-    config.validate()?;
-    require_step(ctx)?;
-    config.check_tensor(tensor)?;
-    config.step_checked(ctx, tensor);
-    Ok(())
+    config.step_one(&Engine::global()?, ctx, tensor)
 }

@@ -1,6 +1,6 @@
-use super::{Step, powi_f64, require_beta, require_eps, require_nonneg, require_step};
+use super::{Step, powi_f64, require_beta, require_eps, require_nonneg};
+use crate::dispatch::Engine;
 use crate::error::Result;
-use crate::reference;
 use crate::rng::{StepContext, TensorStream};
 use crate::storage::{Grads, State, Weights, check_optional};
 
@@ -144,8 +144,8 @@ impl Step for AdamConfig {
         t.stream.check(n)
     }
 
-    fn step_checked(&self, ctx: &StepContext, t: &mut AdamTensor<'_>) {
-        reference::adam::step(&self.consts(ctx.step), ctx, t);
+    fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut AdamTensor<'_>) {
+        (engine.k.adam)(&self.consts(ctx.step), ctx, t);
     }
 }
 
@@ -155,9 +155,5 @@ pub fn adam_step(
     ctx: &StepContext,
     tensor: &mut AdamTensor<'_>,
 ) -> Result<()> {
-    config.validate()?;
-    require_step(ctx)?;
-    config.check_tensor(tensor)?;
-    config.step_checked(ctx, tensor);
-    Ok(())
+    config.step_one(&Engine::global()?, ctx, tensor)
 }

@@ -1,6 +1,6 @@
-use super::{Step, powi_f64, require, require_beta, require_eps, require_nonneg, require_step};
+use super::{Step, powi_f64, require, require_beta, require_eps, require_nonneg};
+use crate::dispatch::Engine;
 use crate::error::Result;
-use crate::reference;
 use crate::rng::{StepContext, TensorStream};
 use crate::storage::{Grads, State, Weights};
 
@@ -125,8 +125,8 @@ impl Step for LambConfig {
         t.stream.check(n)
     }
 
-    fn step_checked(&self, ctx: &StepContext, t: &mut LambTensor<'_>) {
-        reference::lamb::step(&self.consts(ctx.step), ctx, t);
+    fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut LambTensor<'_>) {
+        (engine.k.lamb)(&self.consts(ctx.step), ctx, t);
     }
 }
 
@@ -137,9 +137,5 @@ pub fn lamb_step(
     ctx: &StepContext,
     tensor: &mut LambTensor<'_>,
 ) -> Result<()> {
-    config.validate()?;
-    require_step(ctx)?;
-    config.check_tensor(tensor)?;
-    config.step_checked(ctx, tensor);
-    Ok(())
+    config.step_one(&Engine::global()?, ctx, tensor)
 }

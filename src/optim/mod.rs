@@ -16,6 +16,7 @@ pub use adam::{AdamConfig, AdamConsts, AdamTensor, adam_step};
 pub use lamb::{LambConfig, LambConsts, LambTensor, lamb_step};
 pub use sgd::{SgdConfig, SgdConsts, SgdTensor, sgd_step};
 
+use crate::dispatch::Engine;
 use crate::error::{Error, Result};
 use crate::rng::StepContext;
 
@@ -84,8 +85,17 @@ pub trait Step {
     fn validate(&self) -> Result<()>;
     /// Checks one tensor's buffers against this configuration (no writes).
     fn check_tensor(&self, t: &Self::Tensor<'_>) -> Result<()>;
-    /// Steps one tensor. Must only be called after both checks passed.
-    fn step_checked(&self, ctx: &StepContext, t: &mut Self::Tensor<'_>);
+    /// Steps one tensor on `engine`. Must only be called after both checks passed.
+    fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut Self::Tensor<'_>);
+
+    /// Validates everything, then steps one tensor on `engine`.
+    fn step_one(&self, engine: &Engine, ctx: &StepContext, t: &mut Self::Tensor<'_>) -> Result<()> {
+        self.validate()?;
+        require_step(ctx)?;
+        self.check_tensor(t)?;
+        self.step_checked(engine, ctx, t);
+        Ok(())
+    }
 }
 
 /// A configured optimizer with its RNG state (seed, step count): the part of a run's state that
@@ -95,6 +105,7 @@ pub struct Optimizer<C> {
     config: C,
     seed: u64,
     steps_taken: u32,
+    engine: Engine,
 }
 
 /// The RNG state of an [`Optimizer`]: seed and number of steps taken.
@@ -146,14 +157,25 @@ impl<C: Step> Optimizer<C> {
         )
     }
 
-    /// Continues a run from a checkpoint.
+    /// Continues a run from a checkpoint, on the process-wide [`Engine::global`].
     pub fn resume(config: C, checkpoint: Checkpoint) -> Result<Optimizer<C>> {
         config.validate()?;
         Ok(Optimizer {
             config,
             seed: checkpoint.seed,
             steps_taken: checkpoint.steps_taken,
+            engine: Engine::global()?,
         })
+    }
+
+    /// The same optimizer running its kernels on `engine` (any backend gives the same bits).
+    pub fn on(self, engine: Engine) -> Optimizer<C> {
+        Optimizer { engine, ..self }
+    }
+
+    /// The engine the kernels run on.
+    pub fn engine(&self) -> Engine {
+        self.engine
     }
 
     /// The hyperparameters.
@@ -193,9 +215,51 @@ impl<C: Step> Optimizer<C> {
             replica,
         };
         for t in tensors.iter_mut() {
-            self.config.step_checked(&ctx, t);
+            self.config.step_checked(&self.engine, &ctx, t);
         }
         self.steps_taken = step;
         Ok(())
+    }
+}
+
+impl Engine {
+    /// [`sgd_step`] on this engine's backend.
+    pub fn sgd_step(
+        &self,
+        config: &SgdConfig,
+        ctx: &StepContext,
+        t: &mut SgdTensor<'_>,
+    ) -> Result<()> {
+        config.step_one(self, ctx, t)
+    }
+
+    /// [`adagrad_step`] on this engine's backend.
+    pub fn adagrad_step(
+        &self,
+        config: &AdagradConfig,
+        ctx: &StepContext,
+        t: &mut AdagradTensor<'_>,
+    ) -> Result<()> {
+        config.step_one(self, ctx, t)
+    }
+
+    /// [`adam_step`] on this engine's backend.
+    pub fn adam_step(
+        &self,
+        config: &AdamConfig,
+        ctx: &StepContext,
+        t: &mut AdamTensor<'_>,
+    ) -> Result<()> {
+        config.step_one(self, ctx, t)
+    }
+
+    /// [`lamb_step`] on this engine's backend.
+    pub fn lamb_step(
+        &self,
+        config: &LambConfig,
+        ctx: &StepContext,
+        t: &mut LambTensor<'_>,
+    ) -> Result<()> {
+        config.step_one(self, ctx, t)
     }
 }

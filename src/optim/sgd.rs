@@ -1,6 +1,6 @@
-use super::{Step, require, require_nonneg, require_step};
+use super::{Step, require, require_nonneg};
+use crate::dispatch::Engine;
 use crate::error::Result;
-use crate::reference;
 use crate::rng::{StepContext, TensorStream};
 use crate::storage::{Grads, State, Weights, check_optional};
 
@@ -132,16 +132,12 @@ impl Step for SgdConfig {
         t.stream.check(n)
     }
 
-    fn step_checked(&self, ctx: &StepContext, t: &mut SgdTensor<'_>) {
-        reference::sgd::step(&self.consts(ctx.step), ctx, t);
+    fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut SgdTensor<'_>) {
+        (engine.k.sgd)(&self.consts(ctx.step), ctx, t);
     }
 }
 
 /// One SGD step on one tensor. Validates everything, then updates in place.
 pub fn sgd_step(config: &SgdConfig, ctx: &StepContext, tensor: &mut SgdTensor<'_>) -> Result<()> {
-    config.validate()?;
-    require_step(ctx)?;
-    config.check_tensor(tensor)?;
-    config.step_checked(ctx, tensor);
-    Ok(())
+    config.step_one(&Engine::global()?, ctx, tensor)
 }

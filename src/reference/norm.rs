@@ -54,7 +54,7 @@ impl SumSquares {
         self.lanes[(self.next % NORM_LANES as u64) as usize] += x * x;
         self.open = true;
         self.next += 1;
-        if self.next % NORM_BLOCK as u64 == 0 {
+        if self.next.is_multiple_of(NORM_BLOCK as u64) {
             self.close_block();
         }
     }

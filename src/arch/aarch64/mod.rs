@@ -1,0 +1,3 @@
+//! aarch64 lane primitives.
+
+pub(crate) mod neon;

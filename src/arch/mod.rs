@@ -1,0 +1,96 @@
+//! Lane primitives, one module per instruction set. Nothing here knows about optimizers,
+//! rounding rules or the RNG layout: those are written once in `crate::kernels`, generic over
+//! [`Simd`].
+//!
+//! Every method is `unsafe` and `#[inline(always)]`: the caller guarantees the CPU supports the
+//! instruction set (the dispatcher only hands out a backend after detecting it), and inlining
+//! into a `#[target_feature]` entry point is what lets the intrinsics compile to the real
+//! instructions (the memchr pattern).
+
+#![allow(unsafe_code)]
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod aarch64;
+pub(crate) mod portable;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86_64;
+
+/// The largest lane count of any backend (AVX-512).
+pub(crate) const MAX_LANES: usize = 16;
+
+/// A vector of `LANES` f32 / u32 lanes and the operations the kernels need.
+///
+/// Semantics are exact and identical on every ISA: IEEE f32 arithmetic with round-to-nearest-even
+/// and subnormals, `fma` fused, integer ops mod 2^32. Comparisons produce a mask `M`; `select(m, a, b)`
+/// takes `a` where `m` is set.
+#[allow(clippy::missing_safety_doc)]
+pub(crate) trait Simd: Copy + 'static {
+    /// Lanes per vector (4, 8 or 16).
+    const LANES: usize;
+    /// `LANES` x f32.
+    type F: Copy;
+    /// `LANES` x u32.
+    type U: Copy;
+    /// A lane mask.
+    type M: Copy;
+    /// Sums of squares in f64 for the 16 reduction lanes of SPEC.md §7.
+    type Acc: Copy;
+
+    // ---- f32
+    unsafe fn splat(x: f32) -> Self::F;
+    unsafe fn load(p: *const f32) -> Self::F;
+    unsafe fn store(p: *mut f32, v: Self::F);
+    unsafe fn add(a: Self::F, b: Self::F) -> Self::F;
+    unsafe fn sub(a: Self::F, b: Self::F) -> Self::F;
+    unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
+    unsafe fn div(a: Self::F, b: Self::F) -> Self::F;
+    unsafe fn sqrt(a: Self::F) -> Self::F;
+    /// `a * b + c`, rounded once.
+    unsafe fn fma(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+    unsafe fn is_nan(a: Self::F) -> Self::M;
+    /// Ordered `a > b` (false if either is NaN).
+    unsafe fn gt(a: Self::F, b: Self::F) -> Self::M;
+    unsafe fn select(m: Self::M, a: Self::F, b: Self::F) -> Self::F;
+    unsafe fn mask_or(a: Self::M, b: Self::M) -> Self::M;
+
+    // ---- u32
+    unsafe fn splat_u(x: u32) -> Self::U;
+    /// Lanes `0, 1, ..., LANES - 1`.
+    unsafe fn iota() -> Self::U;
+    unsafe fn add_u(a: Self::U, b: Self::U) -> Self::U;
+    unsafe fn sub_u(a: Self::U, b: Self::U) -> Self::U;
+    unsafe fn and_u(a: Self::U, b: Self::U) -> Self::U;
+    unsafe fn or_u(a: Self::U, b: Self::U) -> Self::U;
+    unsafe fn xor_u(a: Self::U, b: Self::U) -> Self::U;
+    unsafe fn shr<const S: i32>(a: Self::U) -> Self::U;
+    unsafe fn shl<const S: i32>(a: Self::U) -> Self::U;
+    /// Per-lane logical shift right; counts >= 32 give 0.
+    unsafe fn shr_var(a: Self::U, count: Self::U) -> Self::U;
+    /// Per-lane shift left; counts >= 32 give 0.
+    unsafe fn shl_var(a: Self::U, count: Self::U) -> Self::U;
+    /// Signed 32-bit `a > b`.
+    unsafe fn gt_i32(a: Self::U, b: Self::U) -> Self::M;
+    unsafe fn eq_u(a: Self::U, b: Self::U) -> Self::M;
+    unsafe fn min_i32(a: Self::U, b: Self::U) -> Self::U;
+    unsafe fn max_i32(a: Self::U, b: Self::U) -> Self::U;
+    unsafe fn select_u(m: Self::M, a: Self::U, b: Self::U) -> Self::U;
+    /// The full 64-bit products `a * b` per lane, as (high 32 bits, low 32 bits).
+    unsafe fn mul_hi_lo(a: Self::U, b: Self::U) -> (Self::U, Self::U);
+    unsafe fn to_bits(a: Self::F) -> Self::U;
+    unsafe fn from_bits(a: Self::U) -> Self::F;
+    /// u32 -> f32 for lanes below 2^24 (exact).
+    unsafe fn u32_to_f32(a: Self::U) -> Self::F;
+
+    // ---- 16-bit memory
+    /// Loads `LANES` u16, zero-extended.
+    unsafe fn load_u16(p: *const u16) -> Self::U;
+    /// Stores the low 16 bits of each lane.
+    unsafe fn store_u16(p: *mut u16, v: Self::U);
+
+    // ---- f64 sums of squares (SPEC.md §7)
+    unsafe fn acc_zero() -> Self::Acc;
+    /// Adds `x²` (in f64, exact squares) of each lane to reduction lane `lane0 + lane`
+    /// (`lane0` is `e mod 16` of the first lane, a multiple of `LANES`).
+    unsafe fn acc_add_squares(acc: Self::Acc, x: Self::F, lane0: usize) -> Self::Acc;
+    unsafe fn acc_lanes(acc: Self::Acc) -> [f64; 16];
+}

@@ -1,0 +1,194 @@
+//! The portable backend: 8 lanes held in plain arrays, every operation a loop that LLVM is free
+//! to vectorize for whatever the target has. `fma` is `f32::mul_add` (a software fused
+//! multiply-add where the target lacks one: slow, but exact, as SPEC.md §1 requires).
+
+use super::Simd;
+
+/// 8 lanes in arrays.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Portable;
+
+const L: usize = 8;
+
+#[inline(always)]
+fn map_f(a: [f32; L], f: impl Fn(f32) -> f32) -> [f32; L] {
+    core::array::from_fn(|i| f(a[i]))
+}
+#[inline(always)]
+fn zip_f(a: [f32; L], b: [f32; L], f: impl Fn(f32, f32) -> f32) -> [f32; L] {
+    core::array::from_fn(|i| f(a[i], b[i]))
+}
+#[inline(always)]
+fn zip_u(a: [u32; L], b: [u32; L], f: impl Fn(u32, u32) -> u32) -> [u32; L] {
+    core::array::from_fn(|i| f(a[i], b[i]))
+}
+
+impl Simd for Portable {
+    const LANES: usize = L;
+    type F = [f32; L];
+    type U = [u32; L];
+    type M = [bool; L];
+    type Acc = [f64; 16];
+
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> [f32; L] {
+        [x; L]
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> [f32; L] {
+        unsafe { p.cast::<[f32; L]>().read_unaligned() }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: [f32; L]) {
+        unsafe { p.cast::<[f32; L]>().write_unaligned(v) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: [f32; L], b: [f32; L]) -> [f32; L] {
+        zip_f(a, b, |x, y| x + y)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: [f32; L], b: [f32; L]) -> [f32; L] {
+        zip_f(a, b, |x, y| x - y)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: [f32; L], b: [f32; L]) -> [f32; L] {
+        zip_f(a, b, |x, y| x * y)
+    }
+    #[inline(always)]
+    unsafe fn div(a: [f32; L], b: [f32; L]) -> [f32; L] {
+        zip_f(a, b, |x, y| x / y)
+    }
+    #[inline(always)]
+    unsafe fn sqrt(a: [f32; L]) -> [f32; L] {
+        map_f(a, f32::sqrt)
+    }
+    #[inline(always)]
+    unsafe fn fma(a: [f32; L], b: [f32; L], c: [f32; L]) -> [f32; L] {
+        core::array::from_fn(|i| a[i].mul_add(b[i], c[i]))
+    }
+    #[inline(always)]
+    unsafe fn is_nan(a: [f32; L]) -> [bool; L] {
+        a.map(f32::is_nan)
+    }
+    #[inline(always)]
+    unsafe fn gt(a: [f32; L], b: [f32; L]) -> [bool; L] {
+        core::array::from_fn(|i| a[i] > b[i])
+    }
+    #[inline(always)]
+    unsafe fn select(m: [bool; L], a: [f32; L], b: [f32; L]) -> [f32; L] {
+        core::array::from_fn(|i| if m[i] { a[i] } else { b[i] })
+    }
+    #[inline(always)]
+    unsafe fn mask_or(a: [bool; L], b: [bool; L]) -> [bool; L] {
+        core::array::from_fn(|i| a[i] | b[i])
+    }
+
+    #[inline(always)]
+    unsafe fn splat_u(x: u32) -> [u32; L] {
+        [x; L]
+    }
+    #[inline(always)]
+    unsafe fn iota() -> [u32; L] {
+        core::array::from_fn(|i| i as u32)
+    }
+    #[inline(always)]
+    unsafe fn add_u(a: [u32; L], b: [u32; L]) -> [u32; L] {
+        zip_u(a, b, u32::wrapping_add)
+    }
+    #[inline(always)]
+    unsafe fn sub_u(a: [u32; L], b: [u32; L]) -> [u32; L] {
+        zip_u(a, b, u32::wrapping_sub)
+    }
+    #[inline(always)]
+    unsafe fn and_u(a: [u32; L], b: [u32; L]) -> [u32; L] {
+        zip_u(a, b, |x, y| x & y)
+    }
+    #[inline(always)]
+    unsafe fn or_u(a: [u32; L], b: [u32; L]) -> [u32; L] {
+        zip_u(a, b, |x, y| x | y)
+    }
+    #[inline(always)]
+    unsafe fn xor_u(a: [u32; L], b: [u32; L]) -> [u32; L] {
+        zip_u(a, b, |x, y| x ^ y)
+    }
+    #[inline(always)]
+    unsafe fn shr<const S: i32>(a: [u32; L]) -> [u32; L] {
+        a.map(|x| x >> S)
+    }
+    #[inline(always)]
+    unsafe fn shl<const S: i32>(a: [u32; L]) -> [u32; L] {
+        a.map(|x| x << S)
+    }
+    #[inline(always)]
+    unsafe fn shr_var(a: [u32; L], c: [u32; L]) -> [u32; L] {
+        zip_u(a, c, |x, n| x.checked_shr(n).unwrap_or(0))
+    }
+    #[inline(always)]
+    unsafe fn shl_var(a: [u32; L], c: [u32; L]) -> [u32; L] {
+        zip_u(a, c, |x, n| x.checked_shl(n).unwrap_or(0))
+    }
+    #[inline(always)]
+    unsafe fn gt_i32(a: [u32; L], b: [u32; L]) -> [bool; L] {
+        core::array::from_fn(|i| (a[i] as i32) > (b[i] as i32))
+    }
+    #[inline(always)]
+    unsafe fn eq_u(a: [u32; L], b: [u32; L]) -> [bool; L] {
+        core::array::from_fn(|i| a[i] == b[i])
+    }
+    #[inline(always)]
+    unsafe fn min_i32(a: [u32; L], b: [u32; L]) -> [u32; L] {
+        zip_u(a, b, |x, y| (x as i32).min(y as i32) as u32)
+    }
+    #[inline(always)]
+    unsafe fn max_i32(a: [u32; L], b: [u32; L]) -> [u32; L] {
+        zip_u(a, b, |x, y| (x as i32).max(y as i32) as u32)
+    }
+    #[inline(always)]
+    unsafe fn select_u(m: [bool; L], a: [u32; L], b: [u32; L]) -> [u32; L] {
+        core::array::from_fn(|i| if m[i] { a[i] } else { b[i] })
+    }
+    #[inline(always)]
+    unsafe fn mul_hi_lo(a: [u32; L], b: [u32; L]) -> ([u32; L], [u32; L]) {
+        let p: [u64; L] = core::array::from_fn(|i| u64::from(a[i]) * u64::from(b[i]));
+        (p.map(|x| (x >> 32) as u32), p.map(|x| x as u32))
+    }
+    #[inline(always)]
+    unsafe fn to_bits(a: [f32; L]) -> [u32; L] {
+        a.map(f32::to_bits)
+    }
+    #[inline(always)]
+    unsafe fn from_bits(a: [u32; L]) -> [f32; L] {
+        a.map(f32::from_bits)
+    }
+    #[inline(always)]
+    unsafe fn u32_to_f32(a: [u32; L]) -> [f32; L] {
+        a.map(|x| x as f32)
+    }
+
+    #[inline(always)]
+    unsafe fn load_u16(p: *const u16) -> [u32; L] {
+        unsafe { p.cast::<[u16; L]>().read_unaligned() }.map(u32::from)
+    }
+    #[inline(always)]
+    unsafe fn store_u16(p: *mut u16, v: [u32; L]) {
+        unsafe { p.cast::<[u16; L]>().write_unaligned(v.map(|x| x as u16)) }
+    }
+
+    #[inline(always)]
+    unsafe fn acc_zero() -> [f64; 16] {
+        [0.0; 16]
+    }
+    #[inline(always)]
+    unsafe fn acc_add_squares(mut acc: [f64; 16], x: [f32; L], lane0: usize) -> [f64; 16] {
+        for (i, &v) in x.iter().enumerate() {
+            // The square of an f32 is exact in f64, so this equals the fused form bit for bit.
+            let v = f64::from(v);
+            acc[lane0 + i] += v * v;
+        }
+        acc
+    }
+    #[inline(always)]
+    unsafe fn acc_lanes(acc: [f64; 16]) -> [f64; 16] {
+        acc
+    }
+}

@@ -1,0 +1,203 @@
+//! AVX2 + FMA: 8 lanes in `__m256` / `__m256i`; masks are all-ones lanes.
+
+use crate::arch::Simd;
+use core::arch::x86_64::*;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx2;
+
+impl Simd for Avx2 {
+    const LANES: usize = 8;
+    type F = __m256;
+    type U = __m256i;
+    type M = __m256i;
+    /// Reduction lanes 0-3, 4-7, 8-11, 12-15.
+    type Acc = [__m256d; 4];
+
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m256 {
+        unsafe { _mm256_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m256 {
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m256) {
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_sub_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn div(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_div_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sqrt(a: __m256) -> __m256 {
+        unsafe { _mm256_sqrt_ps(a) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn is_nan(a: __m256) -> __m256i {
+        unsafe { _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(a, a)) }
+    }
+    #[inline(always)]
+    unsafe fn gt(a: __m256, b: __m256) -> __m256i {
+        unsafe { _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(a, b)) }
+    }
+    #[inline(always)]
+    unsafe fn select(m: __m256i, a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)) }
+    }
+    #[inline(always)]
+    unsafe fn mask_or(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_or_si256(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn splat_u(x: u32) -> __m256i {
+        unsafe { _mm256_set1_epi32(x as i32) }
+    }
+    #[inline(always)]
+    unsafe fn iota() -> __m256i {
+        unsafe { _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7) }
+    }
+    #[inline(always)]
+    unsafe fn add_u(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_add_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub_u(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_sub_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn and_u(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_and_si256(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn or_u(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_or_si256(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn xor_u(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_xor_si256(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn shr<const S: i32>(a: __m256i) -> __m256i {
+        unsafe { _mm256_srli_epi32::<S>(a) }
+    }
+    #[inline(always)]
+    unsafe fn shl<const S: i32>(a: __m256i) -> __m256i {
+        unsafe { _mm256_slli_epi32::<S>(a) }
+    }
+    #[inline(always)]
+    unsafe fn shr_var(a: __m256i, c: __m256i) -> __m256i {
+        unsafe { _mm256_srlv_epi32(a, c) }
+    }
+    #[inline(always)]
+    unsafe fn shl_var(a: __m256i, c: __m256i) -> __m256i {
+        unsafe { _mm256_sllv_epi32(a, c) }
+    }
+    #[inline(always)]
+    unsafe fn gt_i32(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_cmpgt_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn eq_u(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_cmpeq_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn min_i32(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_min_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn max_i32(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_max_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn select_u(m: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_blendv_epi8(b, a, m) }
+    }
+    #[inline(always)]
+    unsafe fn mul_hi_lo(a: __m256i, b: __m256i) -> (__m256i, __m256i) {
+        unsafe {
+            // vpmuludq multiplies the even lanes into 64-bit products; shift the odd lanes down for
+            // a second product, then blend the halves back into place.
+            let even = _mm256_mul_epu32(a, b);
+            let odd = _mm256_mul_epu32(_mm256_srli_epi64::<32>(a), _mm256_srli_epi64::<32>(b));
+            let hi = _mm256_blend_epi32::<0xAA>(_mm256_srli_epi64::<32>(even), odd);
+            let lo = _mm256_blend_epi32::<0xAA>(even, _mm256_slli_epi64::<32>(odd));
+            (hi, lo)
+        }
+    }
+    #[inline(always)]
+    unsafe fn to_bits(a: __m256) -> __m256i {
+        unsafe { _mm256_castps_si256(a) }
+    }
+    #[inline(always)]
+    unsafe fn from_bits(a: __m256i) -> __m256 {
+        unsafe { _mm256_castsi256_ps(a) }
+    }
+    #[inline(always)]
+    unsafe fn u32_to_f32(a: __m256i) -> __m256 {
+        unsafe { _mm256_cvtepi32_ps(a) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_u16(p: *const u16) -> __m256i {
+        unsafe { _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn store_u16(p: *mut u16, v: __m256i) {
+        unsafe {
+            // Unsigned-saturating pack of values that fit, then put the two 64-bit halves together.
+            let low = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+            let packed = _mm256_packus_epi32(low, low);
+            let ordered = _mm256_permute4x64_epi64::<0b1000>(packed);
+            _mm_storeu_si128(p.cast(), _mm256_castsi256_si128(ordered));
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn acc_zero() -> [__m256d; 4] {
+        unsafe { [_mm256_setzero_pd(); 4] }
+    }
+    #[inline(always)]
+    unsafe fn acc_add_squares(mut acc: [__m256d; 4], x: __m256, lane0: usize) -> [__m256d; 4] {
+        unsafe {
+            let lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+            let hi = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x));
+            if lane0 == 0 {
+                acc[0] = _mm256_fmadd_pd(lo, lo, acc[0]);
+                acc[1] = _mm256_fmadd_pd(hi, hi, acc[1]);
+            } else {
+                acc[2] = _mm256_fmadd_pd(lo, lo, acc[2]);
+                acc[3] = _mm256_fmadd_pd(hi, hi, acc[3]);
+            }
+            acc
+        }
+    }
+    #[inline(always)]
+    unsafe fn acc_lanes(acc: [__m256d; 4]) -> [f64; 16] {
+        unsafe {
+            let mut out = [0.0f64; 16];
+            for (i, a) in acc.iter().enumerate() {
+                _mm256_storeu_pd(out.as_mut_ptr().add(4 * i), *a);
+            }
+            out
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! AVX-512 (F/BW/VL/DQ): 16 lanes in `__m512` / `__m512i`; masks are `__mmask16`.
+
+use crate::arch::Simd;
+use core::arch::x86_64::*;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx512;
+
+static IOTA: [u32; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+
+impl Simd for Avx512 {
+    const LANES: usize = 16;
+    type F = __m512;
+    type U = __m512i;
+    type M = __mmask16;
+    /// Reduction lanes 0-7 and 8-15.
+    type Acc = [__m512d; 2];
+
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m512 {
+        unsafe { _mm512_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m512 {
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m512) {
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_sub_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn div(a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_div_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sqrt(a: __m512) -> __m512 {
+        unsafe { _mm512_sqrt_ps(a) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn is_nan(a: __m512) -> __mmask16 {
+        unsafe { _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a) }
+    }
+    #[inline(always)]
+    unsafe fn gt(a: __m512, b: __m512) -> __mmask16 {
+        unsafe { _mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn select(m: __mmask16, a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_mask_blend_ps(m, b, a) }
+    }
+    #[inline(always)]
+    unsafe fn mask_or(a: __mmask16, b: __mmask16) -> __mmask16 {
+        a | b
+    }
+
+    #[inline(always)]
+    unsafe fn splat_u(x: u32) -> __m512i {
+        unsafe { _mm512_set1_epi32(x as i32) }
+    }
+    #[inline(always)]
+    unsafe fn iota() -> __m512i {
+        unsafe { _mm512_loadu_si512(IOTA.as_ptr().cast()) }
+    }
+    #[inline(always)]
+    unsafe fn add_u(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_add_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub_u(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_sub_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn and_u(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_and_si512(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn or_u(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_or_si512(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn xor_u(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_xor_si512(a, b) }
+    }
+    // The immediate forms take a `u32` const; a per-lane shift by a splat costs the same.
+    #[inline(always)]
+    unsafe fn shr<const S: i32>(a: __m512i) -> __m512i {
+        unsafe { _mm512_srlv_epi32(a, _mm512_set1_epi32(S)) }
+    }
+    #[inline(always)]
+    unsafe fn shl<const S: i32>(a: __m512i) -> __m512i {
+        unsafe { _mm512_sllv_epi32(a, _mm512_set1_epi32(S)) }
+    }
+    #[inline(always)]
+    unsafe fn shr_var(a: __m512i, c: __m512i) -> __m512i {
+        unsafe { _mm512_srlv_epi32(a, c) }
+    }
+    #[inline(always)]
+    unsafe fn shl_var(a: __m512i, c: __m512i) -> __m512i {
+        unsafe { _mm512_sllv_epi32(a, c) }
+    }
+    #[inline(always)]
+    unsafe fn gt_i32(a: __m512i, b: __m512i) -> __mmask16 {
+        unsafe { _mm512_cmpgt_epi32_mask(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn eq_u(a: __m512i, b: __m512i) -> __mmask16 {
+        unsafe { _mm512_cmpeq_epi32_mask(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn min_i32(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_min_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn max_i32(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_max_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn select_u(m: __mmask16, a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_mask_blend_epi32(m, b, a) }
+    }
+    #[inline(always)]
+    unsafe fn mul_hi_lo(a: __m512i, b: __m512i) -> (__m512i, __m512i) {
+        unsafe {
+            let even = _mm512_mul_epu32(a, b);
+            let odd = _mm512_mul_epu32(_mm512_srli_epi64::<32>(a), _mm512_srli_epi64::<32>(b));
+            let hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64::<32>(even), odd);
+            let lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
+            (hi, lo)
+        }
+    }
+    #[inline(always)]
+    unsafe fn to_bits(a: __m512) -> __m512i {
+        unsafe { _mm512_castps_si512(a) }
+    }
+    #[inline(always)]
+    unsafe fn from_bits(a: __m512i) -> __m512 {
+        unsafe { _mm512_castsi512_ps(a) }
+    }
+    #[inline(always)]
+    unsafe fn u32_to_f32(a: __m512i) -> __m512 {
+        unsafe { _mm512_cvtepi32_ps(a) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_u16(p: *const u16) -> __m512i {
+        unsafe { _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn store_u16(p: *mut u16, v: __m512i) {
+        unsafe { _mm256_storeu_si256(p.cast(), _mm512_cvtepi32_epi16(v)) }
+    }
+
+    #[inline(always)]
+    unsafe fn acc_zero() -> [__m512d; 2] {
+        unsafe { [_mm512_setzero_pd(); 2] }
+    }
+    #[inline(always)]
+    unsafe fn acc_add_squares(acc: [__m512d; 2], x: __m512, _lane0: usize) -> [__m512d; 2] {
+        unsafe {
+            let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+            let hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                _mm512_castps_pd(x),
+            )));
+            [
+                _mm512_fmadd_pd(lo, lo, acc[0]),
+                _mm512_fmadd_pd(hi, hi, acc[1]),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn acc_lanes(acc: [__m512d; 2]) -> [f64; 16] {
+        unsafe {
+            let mut out = [0.0f64; 16];
+            _mm512_storeu_pd(out.as_mut_ptr(), acc[0]);
+            _mm512_storeu_pd(out.as_mut_ptr().add(8), acc[1]);
+            out
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! Backend selection: detect once, cache the kernel table, allow forcing one backend through
+//! `HALFSTEP_BACKEND` or through [`Engine::new`] (so tests and benchmarks can run any available
+//! backend without touching a global). A forced backend that is unknown or unavailable is an
+//! error, never a silent fallback.
+
+#![allow(unsafe_code)]
+
+use crate::error::{Error, Result};
+use crate::optim::{
+    AdagradConsts, AdagradTensor, AdamConsts, AdamTensor, LambConsts, LambTensor, SgdConsts,
+    SgdTensor,
+};
+use crate::reference::philox::BitsCoord;
+use crate::reference::round::Rounding;
+use crate::rng::StepContext;
+use std::sync::OnceLock;
+
+/// An implementation of every kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The scalar reference (`src/reference/`): the specification, always available.
+    Reference,
+    /// 8 lanes in plain arrays, for any target.
+    Portable,
+    /// AVX2 + FMA (x86_64).
+    Avx2,
+    /// AVX-512 F/BW/VL/DQ (x86_64).
+    Avx512,
+    /// NEON (aarch64).
+    Neon,
+}
+
+/// Every backend, fastest first.
+pub const ALL_BACKENDS: [Backend; 5] = [
+    Backend::Avx512,
+    Backend::Avx2,
+    Backend::Neon,
+    Backend::Portable,
+    Backend::Reference,
+];
+
+impl Backend {
+    /// The name `HALFSTEP_BACKEND` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Reference => "reference",
+            Backend::Portable => "portable",
+            Backend::Avx2 => "avx2",
+            Backend::Avx512 => "avx512",
+            Backend::Neon => "neon",
+        }
+    }
+
+    /// Parses a backend name (as [`Backend::name`] gives).
+    pub fn from_name(name: &str) -> Result<Backend> {
+        ALL_BACKENDS
+            .into_iter()
+            .find(|b| b.name() == name.trim().to_ascii_lowercase())
+            .ok_or_else(|| Error::UnknownBackend {
+                name: name.to_string(),
+            })
+    }
+
+    /// Whether this CPU (and build target) can run the backend.
+    pub fn is_available(self) -> bool {
+        match self {
+            Backend::Reference | Backend::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2 => {
+                std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512 => {
+                std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512bw")
+                    && std::is_x86_feature_detected!("avx512vl")
+                    && std::is_x86_feature_detected!("avx512dq")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Backend::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The backends this machine can run, fastest first.
+    pub fn available() -> Vec<Backend> {
+        ALL_BACKENDS
+            .into_iter()
+            .filter(|b| b.is_available())
+            .collect()
+    }
+
+    /// The fastest available backend.
+    pub fn detect() -> Backend {
+        ALL_BACKENDS
+            .into_iter()
+            .find(|b| b.is_available())
+            .unwrap_or(Backend::Reference)
+    }
+
+    fn kernels(self) -> Option<&'static Kernels> {
+        if !self.is_available() {
+            return None;
+        }
+        match self {
+            Backend::Reference => Some(&reference::TABLE),
+            Backend::Portable => Some(&portable::TABLE),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2 => Some(&avx2::TABLE),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512 => Some(&avx512::TABLE),
+            #[cfg(target_arch = "aarch64")]
+            Backend::Neon => Some(&neon::TABLE),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+}
+
+impl core::fmt::Display for Backend {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One implementation of every kernel. The callers have validated everything; these only compute.
+pub(crate) struct Kernels {
+    pub fill_bits: fn(&BitsCoord, u64, &mut [u16]),
+    pub f32_to_bf16: fn(&[f32], &mut [u16], Rounding, &BitsCoord, u64),
+    pub f32_to_f16: fn(&[f32], &mut [u16], Rounding, &BitsCoord, u64),
+    pub bf16_to_f32: fn(&[u16], &mut [f32]),
+    pub f16_to_f32: fn(&[u16], &mut [f32]),
+    pub split: fn(&[f32], &mut [u16], &mut [u16]),
+    pub combine: fn(&[u16], &[u16], &mut [f32]),
+    pub sgd: fn(&SgdConsts, &StepContext, &mut SgdTensor<'_>),
+    pub adagrad: fn(&AdagradConsts, &StepContext, &mut AdagradTensor<'_>),
+    pub adam: fn(&AdamConsts, &StepContext, &mut AdamTensor<'_>),
+    pub lamb: fn(&LambConsts, &StepContext, &mut LambTensor<'_>),
+}
+
+/// A chosen backend; every operation of the crate is available on it. Cheap to copy.
+#[derive(Clone, Copy)]
+pub struct Engine {
+    backend: Backend,
+    pub(crate) k: &'static Kernels,
+}
+
+impl core::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Engine")
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+impl PartialEq for Engine {
+    fn eq(&self, other: &Engine) -> bool {
+        self.backend == other.backend
+    }
+}
+
+/// The environment variable that forces a backend for the process.
+pub const BACKEND_ENV: &str = "HALFSTEP_BACKEND";
+
+impl Engine {
+    /// An engine on `backend`; fails if this CPU cannot run it.
+    pub fn new(backend: Backend) -> Result<Engine> {
+        backend
+            .kernels()
+            .map(|k| Engine { backend, k })
+            .ok_or(Error::BackendUnavailable { backend })
+    }
+
+    /// The process-wide engine: `HALFSTEP_BACKEND` if set (an unknown or unavailable value is an
+    /// error on every call), otherwise the fastest available backend. Decided once.
+    pub fn global() -> Result<Engine> {
+        static GLOBAL: OnceLock<Result<Engine>> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| match std::env::var(BACKEND_ENV) {
+                Ok(name) if !name.trim().is_empty() && name.trim() != "auto" => {
+                    Engine::new(Backend::from_name(&name)?)
+                }
+                _ => Engine::new(Backend::detect()),
+            })
+            .clone()
+    }
+
+    /// The backend this engine runs.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+}
+
+/// The reference as a kernel table.
+mod reference {
+    use super::*;
+    use crate::reference::{philox, round, split};
+
+    fn narrow(
+        src: &[f32],
+        dst: &mut [u16],
+        r: Rounding,
+        c: &BitsCoord,
+        base: u64,
+        f: fn(f32, round::Mode) -> u16,
+    ) {
+        for (i, (d, &x)) in dst.iter_mut().zip(src).enumerate() {
+            let bits = if r == Rounding::Stochastic {
+                philox::element_bits(c, base + i as u64)
+            } else {
+                0
+            };
+            *d = f(x, round::Mode::new(r, bits));
+        }
+    }
+
+    pub(crate) static TABLE: Kernels = Kernels {
+        fill_bits: |c, base, out| {
+            out.iter_mut()
+                .enumerate()
+                .for_each(|(i, o)| *o = philox::element_bits(c, base + i as u64))
+        },
+        f32_to_bf16: |s, d, r, c, b| narrow(s, d, r, c, b, round::f32_to_bf16),
+        f32_to_f16: |s, d, r, c, b| narrow(s, d, r, c, b, round::f32_to_f16),
+        bf16_to_f32: |s, d| {
+            d.iter_mut()
+                .zip(s)
+                .for_each(|(d, &h)| *d = round::bf16_to_f32(h))
+        },
+        f16_to_f32: |s, d| {
+            d.iter_mut()
+                .zip(s)
+                .for_each(|(d, &h)| *d = round::f16_to_f32(h))
+        },
+        split: |s, t, l| {
+            for ((t, l), &x) in t.iter_mut().zip(l.iter_mut()).zip(s) {
+                let (top, trail) = split::split_one(x);
+                (*t, *l) = (top.to_bits(), trail);
+            }
+        },
+        combine: |t, l, d| {
+            for ((d, &t), &l) in d.iter_mut().zip(t).zip(l) {
+                *d = split::combine_one(half::bf16::from_bits(t), l);
+            }
+        },
+        sgd: crate::reference::sgd::step,
+        adagrad: crate::reference::adagrad::step,
+        adam: crate::reference::adam::step,
+        lamb: crate::reference::lamb::step,
+    };
+}
+
+/// Instantiates every generic kernel for one lane type inside entry points compiled with the
+/// backend's target features, and collects them in a table.
+macro_rules! simd_backend {
+    ($module:ident, $V:ty $(, $features:literal)?) => {
+        mod $module {
+            use super::*;
+            use crate::kernels;
+
+            $(#[target_feature(enable = $features)])?
+            unsafe fn fill_bits(c: &BitsCoord, base: u64, out: &mut [u16]) {
+                unsafe { kernels::convert::fill_bits::<$V>(c, base, out) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn f32_to_bf16(s: &[f32], d: &mut [u16], r: Rounding, c: &BitsCoord, b: u64) {
+                unsafe { kernels::convert::f32_to_bf16::<$V>(s, d, r, c, b) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn f32_to_f16(s: &[f32], d: &mut [u16], r: Rounding, c: &BitsCoord, b: u64) {
+                unsafe { kernels::convert::f32_to_f16::<$V>(s, d, r, c, b) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn bf16_to_f32(s: &[u16], d: &mut [f32]) {
+                unsafe { kernels::convert::bf16_to_f32::<$V>(s, d) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn f16_to_f32(s: &[u16], d: &mut [f32]) {
+                unsafe { kernels::convert::f16_to_f32::<$V>(s, d) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn split(s: &[f32], t: &mut [u16], l: &mut [u16]) {
+                unsafe { kernels::convert::split::<$V>(s, t, l) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn combine(t: &[u16], l: &[u16], d: &mut [f32]) {
+                unsafe { kernels::convert::combine::<$V>(t, l, d) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn sgd(c: &SgdConsts, x: &StepContext, t: &mut SgdTensor<'_>) {
+                unsafe { kernels::optim::sgd::<$V>(c, x, t) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn adagrad(c: &AdagradConsts, x: &StepContext, t: &mut AdagradTensor<'_>) {
+                unsafe { kernels::optim::adagrad::<$V>(c, x, t) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn adam(c: &AdamConsts, x: &StepContext, t: &mut AdamTensor<'_>) {
+                unsafe { kernels::optim::adam::<$V>(c, x, t) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn lamb(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>) {
+                unsafe { kernels::optim::lamb::<$V>(c, x, t) }
+            }
+
+            // SAFETY (every entry): `Backend::kernels` hands this table out only after
+            // `Backend::is_available` confirmed the CPU has the target features.
+            pub(crate) static TABLE: Kernels = Kernels {
+                fill_bits: |c, b, o| unsafe { fill_bits(c, b, o) },
+                f32_to_bf16: |s, d, r, c, b| unsafe { f32_to_bf16(s, d, r, c, b) },
+                f32_to_f16: |s, d, r, c, b| unsafe { f32_to_f16(s, d, r, c, b) },
+                bf16_to_f32: |s, d| unsafe { bf16_to_f32(s, d) },
+                f16_to_f32: |s, d| unsafe { f16_to_f32(s, d) },
+                split: |s, t, l| unsafe { split(s, t, l) },
+                combine: |t, l, d| unsafe { combine(t, l, d) },
+                sgd: |c, x, t| unsafe { sgd(c, x, t) },
+                adagrad: |c, x, t| unsafe { adagrad(c, x, t) },
+                adam: |c, x, t| unsafe { adam(c, x, t) },
+                lamb: |c, x, t| unsafe { lamb(c, x, t) },
+            };
+        }
+    };
+}
+
+simd_backend!(portable, crate::arch::portable::Portable);
+#[cfg(target_arch = "x86_64")]
+simd_backend!(avx2, crate::arch::x86_64::avx2::Avx2, "avx2,fma");
+#[cfg(target_arch = "x86_64")]
+simd_backend!(
+    avx512,
+    crate::arch::x86_64::avx512::Avx512,
+    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"
+);
+#[cfg(target_arch = "aarch64")]
+simd_backend!(neon, crate::arch::aarch64::neon::Neon, "neon");

@@ -1,0 +1,827 @@
+//! The agreement harness: every kernel, every available backend, compared with the reference
+//! bit for bit (`to_bits`), over lengths 0..=400, every start alignment within 64 bytes, several
+//! global index bases, random values mixed with special values, and extreme hyperparameters.
+//! Error results must agree too. Backends this CPU lacks are skipped with a printed line.
+
+mod common;
+use common::rng;
+use halfstep::rng::Purpose;
+use halfstep::{
+    AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Backend, Engine, Grads, LambConfig,
+    LambTensor, Replica, Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Weights,
+    bf16, f16,
+};
+use rand_core::Rng;
+use std::sync::Once;
+
+/// Every available backend except the reference, as engines; prints the skipped ones once.
+fn backends() -> Vec<Engine> {
+    static REPORT: Once = Once::new();
+    REPORT.call_once(|| {
+        for b in halfstep::ALL_BACKENDS {
+            if !b.is_available() {
+                println!("agreement: skipping backend {b}: not available on this CPU/target");
+            }
+        }
+    });
+    Backend::available()
+        .into_iter()
+        .filter(|&b| b != Backend::Reference)
+        .map(|b| Engine::new(b).unwrap())
+        .collect()
+}
+
+fn reference() -> Engine {
+    Engine::new(Backend::Reference).unwrap()
+}
+
+/// f32 patterns every kernel must get right: NaNs with payloads in the high and the low half,
+/// infinities, zeros, subnormals, the largest finite values, bf16 and f16 rounding ties, values
+/// whose rounding crosses a binade, and the f16 range limits.
+const SPECIALS: [u32; 30] = [
+    0x7FC0_0000,
+    0xFFC0_0001,
+    0x7FA0_0000,
+    0x7F80_0001,
+    0x7F80_FFFF,
+    0xFF80_0001, // NaN
+    0x7F80_0000,
+    0xFF80_0000,
+    0x0000_0000,
+    0x8000_0000, // ±Inf, ±0
+    0x0000_0001,
+    0x807F_FFFF,
+    0x0040_0000,
+    0x0080_0000, // subnormals, smallest normal
+    0x7F7F_FFFF,
+    0xFF7F_FFFF,
+    0x7F7F_8000, // max finite, bf16 overflow tie
+    0x3F80_8000,
+    0x3F81_8000,
+    0x3F80_1000,
+    0xBF80_3000, // bf16 and f16 ties
+    0x3F7F_FFFF,
+    0x3FFF_8001,
+    0xBF7F_FFFF, // binade crossings
+    0x477F_E000,
+    0x477F_F000,
+    0x3880_0000,
+    0x3380_0000,
+    0x3300_0000,
+    0x3340_0000, // f16 limits, f16 subnormal ties
+];
+
+/// `n` values: mostly random magnitudes of both signs, ~15% specials.
+fn values(r: &mut halfstep::PhiloxRng, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let x = r.next_u32();
+            if x % 100 < 15 {
+                f32::from_bits(SPECIALS[(x >> 8) as usize % SPECIALS.len()])
+            } else {
+                // Magnitudes 2^-40 .. 2^20: f16 underflow and overflow, bf16 and f32 alike.
+                let e = (x >> 8) % 60;
+                let m = 1.0 + (r.next_u32() >> 9) as f32 / (1u32 << 23) as f32;
+                let s = if x & 1 == 0 { 1.0 } else { -1.0 };
+                s * m * 2f32.powi(e as i32 - 40)
+            }
+        })
+        .collect()
+}
+
+/// A slice of `len` elements starting `off` elements into a padded vector (start alignments).
+#[derive(Clone, Debug, PartialEq)]
+struct Padded<T> {
+    buf: Vec<T>,
+    off: usize,
+    len: usize,
+}
+
+impl<T: Copy + Default> Padded<T> {
+    fn new(xs: &[T], off: usize) -> Self {
+        let mut buf = vec![T::default(); off];
+        buf.extend_from_slice(xs);
+        buf.extend(std::iter::repeat_n(T::default(), 7));
+        Padded {
+            buf,
+            off,
+            len: xs.len(),
+        }
+    }
+    fn s(&self) -> &[T] {
+        &self.buf[self.off..self.off + self.len]
+    }
+    fn m(&mut self) -> &mut [T] {
+        &mut self.buf[self.off..self.off + self.len]
+    }
+}
+
+fn to_bf16(xs: &[f32]) -> Vec<bf16> {
+    xs.iter().map(|&x| bf16::from_f32(x)).collect()
+}
+
+/// What one agreement case varies.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    len: usize,
+    off: usize,
+    ctx: StepContext,
+    stream: TensorStream,
+}
+
+/// Cases: every length 0..=400, with the start offset, index base, seed, step, stream and replica
+/// varying with the length; then every start offset 0..16 (every 4-byte alignment in 64 bytes)
+/// at a few lengths.
+fn cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    let bases = [
+        0u64,
+        1,
+        7,
+        8,
+        15,
+        16,
+        100,
+        127,
+        128,
+        129,
+        2047,
+        2048 - 5,
+        1 << 40,
+        (1 << 51) - 1000,
+    ];
+    for len in 0..=400usize {
+        let step = [1u32, 2, 3, 1000, u32::MAX][len % 5];
+        let replica = if len % 3 == 0 {
+            Replica::Differing((len % 7) as u16)
+        } else {
+            Replica::Identical
+        };
+        out.push(Case {
+            len,
+            off: len % 16,
+            ctx: StepContext {
+                seed: 0x9E37_79B9_7F4A_7C15 ^ len as u64,
+                step,
+                replica,
+            },
+            stream: TensorStream {
+                id: (len as u32 * 7919) % (1 << 28),
+                index_base: bases[len % bases.len()],
+            },
+        });
+    }
+    for off in 0..16 {
+        for len in [1usize, 5, 16, 17, 33, 130] {
+            out.push(Case {
+                len,
+                off,
+                ctx: StepContext::new(off as u64, 7),
+                stream: TensorStream {
+                    id: 3,
+                    index_base: off as u64 * 3,
+                },
+            });
+        }
+    }
+    out
+}
+
+fn bits32(xs: &[f32]) -> Vec<u32> {
+    xs.iter().map(|x| x.to_bits()).collect()
+}
+fn bits16<T: Copy>(xs: &[T], f: impl Fn(T) -> u16) -> Vec<u16> {
+    xs.iter().map(|&x| f(x)).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// RNG and conversions
+
+#[test]
+fn element_bits_agree() {
+    for c in cases() {
+        let run = |e: Engine| {
+            let mut out = Padded::new(&vec![0u16; c.len], c.off);
+            let r = e.fill_element_bits(&c.ctx, &c.stream, Purpose::SecondMoment, out.m());
+            (r, out)
+        };
+        let want = run(reference());
+        for e in backends() {
+            assert_eq!(run(e), want, "{:?} {c:?}", e.backend());
+        }
+    }
+}
+
+#[test]
+fn conversions_agree() {
+    for c in cases() {
+        let mut r = rng(c.len as u64 * 31 + c.off as u64);
+        let src = Padded::new(&values(&mut r, c.len), c.off);
+        let src16: Vec<u16> = (0..c.len).map(|_| r.next_u32() as u16).collect();
+        let src16 = Padded::new(&src16, c.off);
+        for rounding in [
+            Rounding::NearestEven,
+            Rounding::Stochastic,
+            Rounding::TowardZero,
+        ] {
+            let run = |e: Engine| {
+                let mut b = Padded::new(&vec![bf16::ZERO; c.len], c.off);
+                let mut h = Padded::new(&vec![f16::ZERO; c.len], c.off);
+                let rb = e.f32_to_bf16(src.s(), b.m(), rounding, &c.ctx, &c.stream);
+                let rh = e.f32_to_f16(src.s(), h.m(), rounding, &c.ctx, &c.stream);
+                (
+                    rb,
+                    rh,
+                    bits16(&b.buf, bf16::to_bits),
+                    bits16(&h.buf, f16::to_bits),
+                )
+            };
+            let want = run(reference());
+            for e in backends() {
+                assert_eq!(run(e), want, "{:?} {rounding:?} {c:?}", e.backend());
+            }
+        }
+        let run = |e: Engine| {
+            let as_bf: Vec<bf16> = src16.s().iter().map(|&h| bf16::from_bits(h)).collect();
+            let as_h: Vec<f16> = src16.s().iter().map(|&h| f16::from_bits(h)).collect();
+            let (mut a, mut b, mut d) = (
+                Padded::new(&vec![0f32; c.len], c.off),
+                Padded::new(&vec![0f32; c.len], c.off),
+                Padded::new(&vec![0f32; c.len], c.off),
+            );
+            let (mut top, mut trail) = (
+                Padded::new(&vec![bf16::ZERO; c.len], c.off),
+                Padded::new(&vec![0u16; c.len], c.off),
+            );
+            let results = [
+                e.bf16_to_f32(&as_bf, a.m()),
+                e.f16_to_f32(&as_h, b.m()),
+                e.split(src.s(), top.m(), trail.m()),
+                e.combine(&to_bf16(src.s()), src16.s(), d.m()),
+            ];
+            (
+                results,
+                bits32(&a.buf),
+                bits32(&b.buf),
+                bits16(&top.buf, bf16::to_bits),
+                trail.buf,
+                bits32(&d.buf),
+            )
+        };
+        let want = run(reference());
+        for e in backends() {
+            assert_eq!(run(e), want, "{:?} widen/split/combine {c:?}", e.backend());
+        }
+    }
+}
+
+#[test]
+fn every_f32_bf16_and_f16_pattern_class_agrees_on_dense_sweeps() {
+    // 2^20 patterns spread over the whole f32 space (stride 4099 keeps every low-bit pattern class).
+    let src: Vec<f32> = (0..1u32 << 20)
+        .map(|i| f32::from_bits(i.wrapping_mul(4099).wrapping_add(i >> 3)))
+        .collect();
+    let ctx = StepContext::new(5, 9);
+    let stream = TensorStream {
+        id: 11,
+        index_base: 3,
+    };
+    for rounding in [
+        Rounding::NearestEven,
+        Rounding::Stochastic,
+        Rounding::TowardZero,
+    ] {
+        let run = |e: Engine| {
+            let mut b = vec![bf16::ZERO; src.len()];
+            let mut h = vec![f16::ZERO; src.len()];
+            e.f32_to_bf16(&src, &mut b, rounding, &ctx, &stream)
+                .unwrap();
+            e.f32_to_f16(&src, &mut h, rounding, &ctx, &stream).unwrap();
+            (bits16(&b, bf16::to_bits), bits16(&h, f16::to_bits))
+        };
+        let want = run(reference());
+        for e in backends() {
+            let got = run(e);
+            for (i, (g, w)) in got.0.iter().zip(&want.0).enumerate() {
+                assert_eq!(
+                    g,
+                    w,
+                    "{:?} {rounding:?} bf16 of {:#010x}",
+                    e.backend(),
+                    src[i].to_bits()
+                );
+            }
+            for (i, (g, w)) in got.1.iter().zip(&want.1).enumerate() {
+                assert_eq!(
+                    g,
+                    w,
+                    "{:?} {rounding:?} f16 of {:#010x}",
+                    e.backend(),
+                    src[i].to_bits()
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Optimizers
+
+/// Weight kinds x gradient kinds x state kinds, enumerated by index.
+const W_KINDS: usize = 5; // f32, split, bf16 nearest, bf16 SR, bf16 toward zero
+const S_KINDS: usize = 3; // f32, bf16 nearest, bf16 SR
+
+/// One tensor's data in every storage format, padded.
+#[derive(Clone, Debug)]
+struct Data {
+    wk: usize,
+    gk: usize,
+    sk: [usize; 3],
+    w32: Padded<f32>,
+    top: Padded<bf16>,
+    trail: Padded<u16>,
+    g32: Padded<f32>,
+    g16: Padded<bf16>,
+    s32: [Padded<f32>; 3],
+    s16: [Padded<bf16>; 3],
+}
+
+impl Data {
+    fn new(c: &Case, combo: usize) -> Data {
+        let mut r = rng(0xDA7A ^ (c.len as u64) << 8 ^ combo as u64);
+        let (n, off) = (c.len, c.off);
+        let w = values(&mut r, n);
+        let g = values(&mut r, n);
+        // States: mostly plausible (second moments >= 0), with the same specials mixed in.
+        let s: [Vec<f32>; 3] = core::array::from_fn(|i| {
+            values(&mut r, n)
+                .into_iter()
+                .map(|x| if i > 0 && x.is_finite() { x.abs() } else { x })
+                .collect()
+        });
+        Data {
+            wk: combo % W_KINDS,
+            gk: (combo / W_KINDS) % 2,
+            sk: [
+                (combo / 10) % S_KINDS,
+                (combo / 30) % S_KINDS,
+                (combo / 10 + 1) % S_KINDS,
+            ],
+            w32: Padded::new(&w, off),
+            top: Padded::new(
+                &w.iter()
+                    .map(|x| bf16::from_bits((x.to_bits() >> 16) as u16))
+                    .collect::<Vec<_>>(),
+                off,
+            ),
+            trail: Padded::new(
+                &w.iter().map(|x| x.to_bits() as u16).collect::<Vec<_>>(),
+                off,
+            ),
+            g32: Padded::new(&g, off),
+            g16: Padded::new(&to_bf16(&g), off),
+            s32: s.clone().map(|v| Padded::new(&v, off)),
+            s16: s.map(|v| Padded::new(&to_bf16(&v), off)),
+        }
+    }
+
+    /// The bit patterns of every buffer, padding included: (weights and grads, states).
+    fn bits(&self) -> ([Vec<u32>; 5], [Vec<u32>; 6]) {
+        let b32 = |p: &Padded<f32>| bits32(&p.buf);
+        let b16 = |p: &Padded<bf16>| {
+            p.buf
+                .iter()
+                .map(|x| u32::from(x.to_bits()))
+                .collect::<Vec<u32>>()
+        };
+        (
+            [
+                b32(&self.w32),
+                b16(&self.top),
+                self.trail.buf.iter().map(|&x| u32::from(x)).collect(),
+                b32(&self.g32),
+                b16(&self.g16),
+            ],
+            [
+                b32(&self.s32[0]),
+                b32(&self.s32[1]),
+                b32(&self.s32[2]),
+                b16(&self.s16[0]),
+                b16(&self.s16[1]),
+                b16(&self.s16[2]),
+            ],
+        )
+    }
+
+    /// Borrowed views of every buffer in this data's storage kinds.
+    fn views(&mut self) -> (Weights<'_>, Grads<'_>, [State<'_>; 3]) {
+        let Data {
+            wk,
+            gk,
+            sk,
+            w32,
+            top,
+            trail,
+            g32,
+            g16,
+            s32,
+            s16,
+        } = self;
+        let rounding = [
+            Rounding::NearestEven,
+            Rounding::Stochastic,
+            Rounding::TowardZero,
+        ];
+        let weights = match *wk {
+            0 => Weights::F32(w32.m()),
+            1 => Weights::Split {
+                top: top.m(),
+                trail: trail.m(),
+            },
+            k => Weights::Bf16(top.m(), rounding[k - 2]),
+        };
+        let grads = if *gk == 0 {
+            Grads::F32(g32.s())
+        } else {
+            Grads::Bf16(g16.s())
+        };
+        let [a, b, c] = s32;
+        let [a16, b16, c16] = s16;
+        fn state<'a>(k: usize, f: &'a mut Padded<f32>, h: &'a mut Padded<bf16>) -> State<'a> {
+            match k {
+                0 => State::F32(f.m()),
+                1 => State::Bf16(h.m(), Rounding::NearestEven),
+                _ => State::Bf16(h.m(), Rounding::Stochastic),
+            }
+        }
+        let states = [
+            state(sk[0], a, a16),
+            state(sk[1], b, b16),
+            state(sk[2], c, c16),
+        ];
+        (weights, grads, states)
+    }
+}
+
+const COMBOS: usize = W_KINDS * 2 * S_KINDS * S_KINDS;
+
+/// Runs `step` on the reference and on every backend from the same data and compares everything.
+fn agree<R: PartialEq + std::fmt::Debug>(
+    what: &str,
+    c: &Case,
+    combo: usize,
+    step: impl Fn(Engine, &mut Data) -> R,
+) {
+    let mut want_data = Data::new(c, combo);
+    let want = step(reference(), &mut want_data);
+    for e in backends() {
+        let mut data = Data::new(c, combo);
+        let got = step(e, &mut data);
+        assert_eq!(
+            got,
+            want,
+            "{what}: result differs on {:?}, {c:?}, combo {combo}",
+            e.backend()
+        );
+        let (g, w) = (data.bits(), want_data.bits());
+        for (i, name) in [
+            "f32 weights",
+            "bf16 weights/top",
+            "trail",
+            "grads f32",
+            "grads bf16",
+        ]
+        .iter()
+        .enumerate()
+        {
+            assert_eq!(
+                g.0[i],
+                w.0[i],
+                "{what}: {name} differ on {:?}, {c:?}, combo {combo}",
+                e.backend()
+            );
+        }
+        for i in 0..6 {
+            assert_eq!(
+                g.1[i],
+                w.1[i],
+                "{what}: state buffer {i} differs on {:?}, {c:?}, combo {combo}",
+                e.backend()
+            );
+        }
+    }
+}
+
+fn sgd_configs() -> Vec<SgdConfig> {
+    let d = SgdConfig::default();
+    vec![
+        SgdConfig { lr: 0.1, ..d },
+        SgdConfig {
+            lr: 0.05,
+            momentum: 0.9,
+            dampening: 0.1,
+            weight_decay: 0.01,
+            ..d
+        },
+        SgdConfig {
+            lr: 1e-3,
+            momentum: 0.9,
+            nesterov: true,
+            weight_decay: 1e-4,
+            maximize: true,
+            ..d
+        },
+        SgdConfig {
+            lr: 3e38,
+            momentum: 1.0,
+            dampening: 1.0,
+            weight_decay: 3e38,
+            ..d
+        },
+        SgdConfig {
+            lr: 0.0,
+            momentum: 0.5,
+            ..d
+        },
+    ]
+}
+
+fn adagrad_configs() -> Vec<AdagradConfig> {
+    let d = AdagradConfig::default();
+    vec![
+        AdagradConfig { lr: 0.1, ..d },
+        AdagradConfig {
+            lr: 0.1,
+            lr_decay: 0.5,
+            weight_decay: 0.1,
+            eps: 1e-3,
+            maximize: true,
+            ..d
+        },
+        AdagradConfig {
+            lr: 1e30,
+            eps: f32::from_bits(1),
+            ..d
+        },
+    ]
+}
+
+fn adam_configs() -> Vec<AdamConfig> {
+    vec![
+        AdamConfig::adam(1e-3),
+        AdamConfig::adamw(1e-2),
+        AdamConfig {
+            weight_decay: 0.5,
+            amsgrad: true,
+            maximize: true,
+            ..AdamConfig::adam(1e-2)
+        },
+        AdamConfig {
+            amsgrad: true,
+            beta1: 0.0,
+            beta2: 0.0,
+            eps: 1e-30,
+            ..AdamConfig::adamw(10.0)
+        },
+        AdamConfig {
+            beta1: 0.999_999,
+            beta2: 0.999_999,
+            eps: 3e38,
+            weight_decay: 3e38,
+            ..AdamConfig::adamw(3e38)
+        },
+    ]
+}
+
+fn lamb_configs() -> Vec<LambConfig> {
+    let d = LambConfig::default();
+    vec![
+        d,
+        LambConfig {
+            weight_decay: 0.0,
+            max_trust_ratio: Some(2.0),
+            ..d
+        },
+        LambConfig {
+            lr: 1e30,
+            beta1: 0.0,
+            beta2: 0.999_999,
+            eps: 1e-30,
+            weight_decay: 1e10,
+            max_trust_ratio: Some(f32::MAX),
+        },
+    ]
+}
+
+/// Every case, with the storage combination cycling over all `COMBOS`.
+fn optimizer_cases() -> impl Iterator<Item = (Case, usize)> {
+    cases()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (c, (i * 7) % COMBOS))
+}
+
+#[test]
+fn sgd_agrees() {
+    for (c, combo) in optimizer_cases() {
+        for cfg in sgd_configs() {
+            agree("sgd", &c, combo, |e, d| {
+                let (weights, grads, [m, _, _]) = d.views();
+                let momentum = (cfg.momentum != 0.0).then_some(m);
+                e.sgd_step(
+                    &cfg,
+                    &c.ctx,
+                    &mut SgdTensor {
+                        weights,
+                        grads,
+                        momentum,
+                        stream: c.stream,
+                    },
+                )
+            });
+        }
+    }
+}
+
+#[test]
+fn adagrad_agrees() {
+    for (c, combo) in optimizer_cases() {
+        for cfg in adagrad_configs() {
+            agree("adagrad", &c, combo, |e, d| {
+                let (weights, grads, [_, sum, _]) = d.views();
+                e.adagrad_step(
+                    &cfg,
+                    &c.ctx,
+                    &mut AdagradTensor {
+                        weights,
+                        grads,
+                        sum,
+                        stream: c.stream,
+                    },
+                )
+            });
+        }
+    }
+}
+
+#[test]
+fn adam_agrees() {
+    for (c, combo) in optimizer_cases() {
+        for cfg in adam_configs() {
+            agree("adam", &c, combo, |e, d| {
+                let (weights, grads, [m, v, x]) = d.views();
+                let max_exp_avg_sq = cfg.amsgrad.then_some(x);
+                e.adam_step(
+                    &cfg,
+                    &c.ctx,
+                    &mut AdamTensor {
+                        weights,
+                        grads,
+                        exp_avg: m,
+                        exp_avg_sq: v,
+                        max_exp_avg_sq,
+                        stream: c.stream,
+                    },
+                )
+            });
+        }
+    }
+}
+
+#[test]
+fn lamb_agrees() {
+    for (c, combo) in optimizer_cases() {
+        for cfg in lamb_configs() {
+            agree("lamb", &c, combo, |e, d| {
+                let (weights, grads, [m, v, _]) = d.views();
+                e.lamb_step(
+                    &cfg,
+                    &c.ctx,
+                    &mut LambTensor {
+                        weights,
+                        grads,
+                        exp_avg: m,
+                        exp_avg_sq: v,
+                        stream: c.stream,
+                    },
+                )
+            });
+        }
+    }
+}
+
+#[test]
+fn every_storage_combination_agrees_at_awkward_lengths() {
+    // The cycling above covers each combination ~5 times; here each meets every optimizer at
+    // lengths around the vector and RNG-group sizes, with an unaligned index base.
+    for combo in 0..COMBOS {
+        for len in [1usize, 15, 17, 127, 129, 300] {
+            let c = Case {
+                len,
+                off: combo % 16,
+                ctx: StepContext::new(combo as u64, 2),
+                stream: TensorStream {
+                    id: 1,
+                    index_base: 121,
+                },
+            };
+            let sgd = SgdConfig {
+                lr: 0.05,
+                momentum: 0.9,
+                weight_decay: 0.01,
+                ..Default::default()
+            };
+            agree("sgd", &c, combo, |e, d| {
+                let (weights, grads, [m, _, _]) = d.views();
+                e.sgd_step(
+                    &sgd,
+                    &c.ctx,
+                    &mut SgdTensor {
+                        weights,
+                        grads,
+                        momentum: Some(m),
+                        stream: c.stream,
+                    },
+                )
+            });
+            let adam = AdamConfig {
+                amsgrad: true,
+                ..AdamConfig::adamw(1e-2)
+            };
+            agree("adam", &c, combo, |e, d| {
+                let (weights, grads, [m, v, x]) = d.views();
+                e.adam_step(
+                    &adam,
+                    &c.ctx,
+                    &mut AdamTensor {
+                        weights,
+                        grads,
+                        exp_avg: m,
+                        exp_avg_sq: v,
+                        max_exp_avg_sq: Some(x),
+                        stream: c.stream,
+                    },
+                )
+            });
+            agree("adagrad", &c, combo, |e, d| {
+                let (weights, grads, [_, sum, _]) = d.views();
+                e.adagrad_step(
+                    &AdagradConfig::default(),
+                    &c.ctx,
+                    &mut AdagradTensor {
+                        weights,
+                        grads,
+                        sum,
+                        stream: c.stream,
+                    },
+                )
+            });
+            agree("lamb", &c, combo, |e, d| {
+                let (weights, grads, [m, v, _]) = d.views();
+                e.lamb_step(
+                    &LambConfig::default(),
+                    &c.ctx,
+                    &mut LambTensor {
+                        weights,
+                        grads,
+                        exp_avg: m,
+                        exp_avg_sq: v,
+                        stream: c.stream,
+                    },
+                )
+            });
+        }
+    }
+}
+
+#[test]
+fn lamb_norms_agree_across_many_reduction_blocks() {
+    // Long tensors cross several 2048-element reduction blocks and start mid-block.
+    for (len, base) in [(5000usize, 0u64), (4099, 1000), (6144, 2047)] {
+        let c = Case {
+            len,
+            off: 3,
+            ctx: StepContext::new(9, 4),
+            stream: TensorStream {
+                id: 2,
+                index_base: base,
+            },
+        };
+        for combo in [0, 3, 17, 44] {
+            agree("lamb", &c, combo, |e, d| {
+                let (weights, grads, [m, v, _]) = d.views();
+                e.lamb_step(
+                    &LambConfig::default(),
+                    &c.ctx,
+                    &mut LambTensor {
+                        weights,
+                        grads,
+                        exp_avg: m,
+                        exp_avg_sq: v,
+                        stream: c.stream,
+                    },
+                )
+            });
+        }
+    }
+}
