@@ -177,13 +177,17 @@ impl Engine {
     pub fn global() -> Result<Engine> {
         static GLOBAL: OnceLock<Result<Engine>> = OnceLock::new();
         GLOBAL
-            .get_or_init(|| match std::env::var(BACKEND_ENV) {
-                Ok(name) if !name.trim().is_empty() && name.trim() != "auto" => {
-                    Engine::new(Backend::from_name(&name)?)
-                }
-                _ => Engine::new(Backend::detect()),
-            })
+            .get_or_init(|| Engine::from_setting(std::env::var(BACKEND_ENV).ok().as_deref()))
             .clone()
+    }
+
+    /// The engine a `HALFSTEP_BACKEND` value selects: unset, empty or `auto` detects the fastest
+    /// backend; a backend name selects it if this CPU can run it; anything else is an error.
+    pub fn from_setting(value: Option<&str>) -> Result<Engine> {
+        match value.map(str::trim) {
+            None | Some("") | Some("auto") => Engine::new(Backend::detect()),
+            Some(name) => Engine::new(Backend::from_name(name)?),
+        }
     }
 
     /// The backend this engine runs.
