@@ -269,19 +269,19 @@ macro_rules! simd_backend {
             }
             $(#[target_feature(enable = $features)])?
             unsafe fn f32_to_bf16(s: &[f32], d: &mut [u16], r: Rounding, c: &BitsCoord, b: u64) {
-                unsafe { kernels::convert::f32_to_bf16::<$V>(s, d, r, c, b) }
+                unsafe { kernels::convert::narrow::<$V>(kernels::convert::Narrow::Bf16, s, d, r, c, b) }
             }
             $(#[target_feature(enable = $features)])?
             unsafe fn f32_to_f16(s: &[f32], d: &mut [u16], r: Rounding, c: &BitsCoord, b: u64) {
-                unsafe { kernels::convert::f32_to_f16::<$V>(s, d, r, c, b) }
+                unsafe { kernels::convert::narrow::<$V>(kernels::convert::Narrow::F16, s, d, r, c, b) }
             }
             $(#[target_feature(enable = $features)])?
             unsafe fn bf16_to_f32(s: &[u16], d: &mut [f32]) {
-                unsafe { kernels::convert::bf16_to_f32::<$V>(s, d) }
+                unsafe { kernels::convert::widen::<$V>(kernels::convert::Narrow::Bf16, s, d) }
             }
             $(#[target_feature(enable = $features)])?
             unsafe fn f16_to_f32(s: &[u16], d: &mut [f32]) {
-                unsafe { kernels::convert::f16_to_f32::<$V>(s, d) }
+                unsafe { kernels::convert::widen::<$V>(kernels::convert::Narrow::F16, s, d) }
             }
             $(#[target_feature(enable = $features)])?
             unsafe fn split(s: &[f32], t: &mut [u16], l: &mut [u16]) {

@@ -34,23 +34,46 @@ impl Chunk {
     }
 }
 
-/// Calls `f` for every `LANES`-aligned chunk covering global indices `base .. base + n`.
+/// The `LANES`-aligned chunks covering global indices `base .. base + n`, in order.
+///
+/// An iterator rather than a callback: closures defined in these generic functions would be
+/// compiled without the entry point's target features, and every intrinsic in them would become
+/// a function call. Nothing on a hot path here takes a closure.
+pub(crate) struct Chunks {
+    e: u64,
+    base: u64,
+    end: u64,
+    lanes: u64,
+}
+
 #[inline(always)]
-pub(crate) unsafe fn for_each_chunk<V: Simd>(base: u64, n: usize, mut f: impl FnMut(Chunk)) {
-    let l = V::LANES as u64;
-    let end = base + n as u64;
-    let mut e = base - base % l;
-    while e < end {
-        let off = e as i128 - base as i128;
-        let lo = (-off).max(0) as usize;
-        let hi = ((end - e).min(l)) as usize;
-        f(Chunk {
+pub(crate) fn chunks<V: Simd>(base: u64, n: usize) -> Chunks {
+    let lanes = V::LANES as u64;
+    Chunks {
+        e: base - base % lanes,
+        base,
+        end: base + n as u64,
+        lanes,
+    }
+}
+
+impl Iterator for Chunks {
+    type Item = Chunk;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Chunk> {
+        if self.e >= self.end {
+            return None;
+        }
+        let e = self.e;
+        let off = e as i128 - self.base as i128;
+        self.e += self.lanes;
+        Some(Chunk {
             e,
             off: off as isize,
-            lo,
-            hi,
-        });
-        e += l;
+            lo: (-off).max(0) as usize,
+            hi: (self.end - e).min(self.lanes) as usize,
+        })
     }
 }
 

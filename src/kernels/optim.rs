@@ -2,7 +2,7 @@
 //! storage kind handled by the shared load/store below.
 
 use super::round::{canonicalize, from_bf16, to_bf16};
-use super::{Chunk, GroupBits, Stage, for_each_chunk, stage_in, stage_out};
+use super::{Chunk, GroupBits, Stage, chunks, stage_in, stage_out};
 use crate::arch::Simd;
 use crate::optim::{
     AdagradConsts, AdagradTensor, AdamConsts, AdamTensor, LambConsts, LambTensor, SgdConsts,
@@ -62,17 +62,17 @@ impl Buf {
         }
     }
 
-    /// The bits `v` is stored as (NaN canonicalised, then narrowed for bf16); `r` gives the
-    /// chunk's random bits and is called only for stochastic rounding.
+    /// The bits `v` is stored as (NaN canonicalised, then narrowed for bf16); `rng` supplies the
+    /// random bits of the chunk at global index `e`, drawn only for stochastic rounding.
     #[inline(always)]
-    unsafe fn encode<V: Simd>(&self, v: V::F, r: impl FnOnce() -> V::U) -> V::U {
+    unsafe fn encode<V: Simd>(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
         unsafe {
             let b = V::to_bits(canonicalize::<V>(v));
             match *self {
                 Buf::F32(_) | Buf::Split(..) => b,
                 Buf::Bf16(_, rounding) => {
                     let r = if rounding == Rounding::Stochastic {
-                        r()
+                        rng.r16(e)
                     } else {
                         V::splat_u(0)
                     };
@@ -84,9 +84,9 @@ impl Buf {
 
     /// What reading the buffer back would give after storing `v`.
     #[inline(always)]
-    unsafe fn as_stored<V: Simd>(&self, v: V::F, r: impl FnOnce() -> V::U) -> V::F {
+    unsafe fn as_stored<V: Simd>(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::F {
         unsafe {
-            let b = self.encode::<V>(v, r);
+            let b = self.encode::<V>(v, rng, e);
             match *self {
                 Buf::Bf16(..) => from_bf16::<V>(b),
                 _ => V::from_bits(b),
@@ -95,9 +95,19 @@ impl Buf {
     }
 
     #[inline(always)]
-    unsafe fn store<V: Simd>(&self, off: isize, v: V::F, r: impl FnOnce() -> V::U) {
+    unsafe fn load_or<V: Simd>(b: Option<Buf>, off: isize, zero: V::F) -> V::F {
         unsafe {
-            let b = self.encode::<V>(v, r);
+            match b {
+                Some(b) => b.load::<V>(off),
+                None => zero,
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store<V: Simd>(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
+        unsafe {
+            let b = self.encode::<V>(v, rng, e);
             match *self {
                 Buf::F32(p) => V::store(p.offset(off), V::from_bits(b)),
                 Buf::Split(t, l) => {
@@ -157,13 +167,8 @@ struct Bufs<V: Simd> {
     rng_s: [GroupBits<V>; 3],
 }
 
-const STATE_PURPOSES: [Purpose; 3] = [
-    Purpose::FirstMoment,
-    Purpose::SecondMoment,
-    Purpose::MaxSecondMoment,
-];
-
 impl<V: Simd> Bufs<V> {
+    #[inline(always)]
     unsafe fn new(
         ctx: &StepContext,
         stream: &TensorStream,
@@ -177,7 +182,11 @@ impl<V: Simd> Bufs<V> {
                 g,
                 s,
                 rng_w: GroupBits::new(coord(ctx, stream, Purpose::Weights)),
-                rng_s: STATE_PURPOSES.map(|p| GroupBits::new(coord(ctx, stream, p))),
+                rng_s: [
+                    GroupBits::new(coord(ctx, stream, Purpose::FirstMoment)),
+                    GroupBits::new(coord(ctx, stream, Purpose::SecondMoment)),
+                    GroupBits::new(coord(ctx, stream, Purpose::MaxSecondMoment)),
+                ],
             }
         }
     }
@@ -190,78 +199,93 @@ struct Vals<V: Simd> {
     s: [V::F; 3],
 }
 
-/// Which buffers a pass writes back: weights, then each state slot.
-#[derive(Clone, Copy)]
-struct Writes {
-    w: bool,
-    s: [bool; 3],
+/// One optimizer's (or pass's) arithmetic on a chunk. A trait with an always-inlined method
+/// rather than a closure, so the code compiles with the entry point's target features.
+trait ElementOp<V: Simd> {
+    /// Whether the pass writes the weights, and each state slot.
+    const WRITE_W: bool;
+    const WRITE_S: [bool; 3];
+    /// Transforms the loaded values of the chunk at global index `e`.
+    unsafe fn apply(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V>);
 }
 
-/// The element-wise driver: loads each chunk, lets `op` transform it, stores what `writes` says.
-/// `op` gets the chunk and the buffers (for [`Buf::as_stored`] and the RNG streams).
+/// Loads one chunk from `(w, g, s)` at `off`, applies `op`, stores what the op writes.
 #[inline(always)]
-unsafe fn drive<V: Simd>(
-    n: usize,
-    base: u64,
+unsafe fn process<V: Simd, O: ElementOp<V>>(
+    op: &mut O,
     b: &mut Bufs<V>,
-    writes: Writes,
-    mut op: impl FnMut(&mut Vals<V>, &Chunk, &mut Bufs<V>),
+    w: Buf,
+    g: Option<Buf>,
+    s: [Option<Buf>; 3],
+    off: isize,
+    e: u64,
 ) {
     unsafe {
         let zero = V::splat(0.0);
-        let mut body = |w: Buf,
-                        g: Option<Buf>,
-                        s: [Option<Buf>; 3],
-                        off: isize,
-                        c: &Chunk,
-                        b: &mut Bufs<V>| {
-            let mut v = Vals {
-                p: w.load::<V>(off),
-                g: g.map_or(zero, |g| g.load::<V>(off)),
-                s: s.map(|s| s.map_or(zero, |s| s.load::<V>(off))),
-            };
-            op(&mut v, c, b);
-            for (i, rng) in b.rng_s.iter_mut().enumerate() {
-                if let (true, Some(sb)) = (writes.s[i], s[i]) {
-                    sb.store::<V>(off, v.s[i], || rng.r16(c.e));
-                }
-            }
-            if writes.w {
-                let rng = &mut b.rng_w;
-                w.store::<V>(off, v.p, || rng.r16(c.e));
-            }
+        let mut v = Vals {
+            p: w.load::<V>(off),
+            g: Buf::load_or::<V>(g, off, zero),
+            s: [
+                Buf::load_or::<V>(s[0], off, zero),
+                Buf::load_or::<V>(s[1], off, zero),
+                Buf::load_or::<V>(s[2], off, zero),
+            ],
         };
-        for_each_chunk::<V>(base, n, |c| {
-            let (w, g, s) = (b.w, b.g, b.s);
+        op.apply(&mut v, e, b);
+        for i in 0..3 {
+            if O::WRITE_S[i]
+                && let Some(sb) = s[i]
+            {
+                sb.store::<V>(off, v.s[i], &mut b.rng_s[i], e);
+            }
+        }
+        if O::WRITE_W {
+            w.store::<V>(off, v.p, &mut b.rng_w, e);
+        }
+    }
+}
+
+/// The element-wise driver: every chunk of the tensor through [`process`], partial chunks staged.
+#[inline(always)]
+unsafe fn drive<V: Simd, O: ElementOp<V>>(n: usize, base: u64, b: &mut Bufs<V>, op: &mut O) {
+    unsafe {
+        let (w, g, s) = (b.w, b.g, b.s);
+        for c in chunks::<V>(base, n) {
             if c.is_full::<V>() {
-                body(w, g, s, c.off, &c, b);
-            } else {
-                let mut st = [
-                    Stage::new(),
-                    Stage::new(),
-                    Stage::new(),
-                    Stage::new(),
-                    Stage::new(),
-                ];
-                let [sw, sg, s0, s1, s2] = &mut st;
-                let w2 = w.stage(sw, &c);
-                let g2 = g.map(|g| g.stage(sg, &c));
-                let s2v = [
-                    s[0].map(|x| x.stage(s0, &c)),
-                    s[1].map(|x| x.stage(s1, &c)),
-                    s[2].map(|x| x.stage(s2, &c)),
-                ];
-                body(w2, g2, s2v, 0, &c, b);
-                if writes.w {
-                    w.unstage(&st[0], &c);
-                }
-                for i in 0..3 {
-                    if let (true, Some(sb)) = (writes.s[i], s[i]) {
-                        sb.unstage(&st[2 + i], &c);
-                    }
+                process::<V, O>(op, b, w, g, s, c.off, c.e);
+                continue;
+            }
+            let mut st = [
+                Stage::new(),
+                Stage::new(),
+                Stage::new(),
+                Stage::new(),
+                Stage::new(),
+            ];
+            let [sw, sg, s0, s1, s2] = &mut st;
+            let w2 = w.stage(sw, &c);
+            let g2 = match g {
+                Some(g) => Some(g.stage(sg, &c)),
+                None => None,
+            };
+            let mut s_st: [Option<Buf>; 3] = [None; 3];
+            for (i, st_i) in [s0, s1, s2].into_iter().enumerate() {
+                if let Some(sb) = s[i] {
+                    s_st[i] = Some(sb.stage(st_i, &c));
                 }
             }
-        });
+            process::<V, O>(op, b, w2, g2, s_st, 0, c.e);
+            if O::WRITE_W {
+                w.unstage(&st[0], &c);
+            }
+            for i in 0..3 {
+                if O::WRITE_S[i]
+                    && let Some(sb) = s[i]
+                {
+                    sb.unstage(&st[2 + i], &c);
+                }
+            }
+        }
     }
 }
 
@@ -272,11 +296,53 @@ unsafe fn neg<V: Simd>(x: V::F) -> V::F {
 
 // ---------------------------------------------------------------------------------------------
 
+struct SgdOp<V: Simd> {
+    c: SgdConsts,
+    neg_lr: V::F,
+    momentum: V::F,
+    omd: V::F,
+    wd: V::F,
+}
+
+impl<V: Simd> ElementOp<V> for SgdOp<V> {
+    const WRITE_W: bool = true;
+    const WRITE_S: [bool; 3] = [true, false, false];
+
+    #[inline(always)]
+    unsafe fn apply(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V>) {
+        unsafe {
+            let c = &self.c;
+            let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };
+            if c.weight_decay != 0.0 {
+                g = V::fma(self.wd, v.p, g);
+            }
+            if c.use_momentum {
+                let buf = if c.first_step {
+                    g
+                } else {
+                    V::fma(self.momentum, v.s[0], V::mul(self.omd, g))
+                };
+                g = if c.nesterov {
+                    V::fma(self.momentum, buf, g)
+                } else {
+                    buf
+                };
+                v.s[0] = buf;
+            }
+            v.p = V::fma(self.neg_lr, g, v.p);
+        }
+    }
+}
+
 #[inline(always)]
 pub(crate) unsafe fn sgd<V: Simd>(c: &SgdConsts, ctx: &StepContext, t: &mut SgdTensor<'_>) {
     unsafe {
         let n = t.weights.len();
-        let s0 = t.momentum.as_mut().map(Buf::state);
+        // Without momentum there is no buffer (slot 0 is None), so nothing is written there.
+        let s0 = match t.momentum.as_mut() {
+            Some(m) => Some(Buf::state(m)),
+            None => None,
+        };
         let mut b = Bufs::<V>::new(
             ctx,
             &t.stream,
@@ -284,32 +350,40 @@ pub(crate) unsafe fn sgd<V: Simd>(c: &SgdConsts, ctx: &StepContext, t: &mut SgdT
             Some(Buf::grads(&t.grads)),
             [s0, None, None],
         );
-        let (neg_lr, mom, omd, wd) = (
-            V::splat(-c.lr),
-            V::splat(c.momentum),
-            V::splat(c.one_minus_dampening),
-            V::splat(c.weight_decay),
-        );
-        let writes = Writes {
-            w: true,
-            s: [c.use_momentum, false, false],
+        let mut op = SgdOp::<V> {
+            c: *c,
+            neg_lr: V::splat(-c.lr),
+            momentum: V::splat(c.momentum),
+            omd: V::splat(c.one_minus_dampening),
+            wd: V::splat(c.weight_decay),
         };
-        drive::<V>(n, t.stream.index_base, &mut b, writes, |v, _, _| {
-            let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };
-            if c.weight_decay != 0.0 {
-                g = V::fma(wd, v.p, g);
+        drive::<V, _>(n, t.stream.index_base, &mut b, &mut op);
+    }
+}
+
+struct AdagradOp<V: Simd> {
+    c: AdagradConsts,
+    neg_clr: V::F,
+    wd: V::F,
+    eps: V::F,
+}
+
+impl<V: Simd> ElementOp<V> for AdagradOp<V> {
+    const WRITE_W: bool = true;
+    const WRITE_S: [bool; 3] = [false, true, false];
+
+    #[inline(always)]
+    unsafe fn apply(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V>) {
+        unsafe {
+            let mut g = if self.c.maximize { neg::<V>(v.g) } else { v.g };
+            if self.c.weight_decay != 0.0 {
+                g = V::fma(self.wd, v.p, g);
             }
-            if c.use_momentum {
-                let buf = if c.first_step {
-                    g
-                } else {
-                    V::fma(mom, v.s[0], V::mul(omd, g))
-                };
-                g = if c.nesterov { V::fma(mom, buf, g) } else { buf };
-                v.s[0] = buf;
-            }
-            v.p = V::fma(neg_lr, g, v.p);
-        });
+            let sum = V::fma(g, g, v.s[1]);
+            let denom = V::add(V::sqrt(sum), self.eps);
+            v.s[1] = sum;
+            v.p = V::fma(self.neg_clr, V::div(g, denom), v.p);
+        }
     }
 }
 
@@ -329,21 +403,13 @@ pub(crate) unsafe fn adagrad<V: Simd>(
             Some(Buf::grads(&t.grads)),
             [None, s1, None],
         );
-        let (neg_clr, wd, eps) = (V::splat(-c.clr), V::splat(c.weight_decay), V::splat(c.eps));
-        let writes = Writes {
-            w: true,
-            s: [false, true, false],
+        let mut op = AdagradOp::<V> {
+            c: *c,
+            neg_clr: V::splat(-c.clr),
+            wd: V::splat(c.weight_decay),
+            eps: V::splat(c.eps),
         };
-        drive::<V>(n, t.stream.index_base, &mut b, writes, |v, _, _| {
-            let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };
-            if c.weight_decay != 0.0 {
-                g = V::fma(wd, v.p, g);
-            }
-            let sum = V::fma(g, g, v.s[1]);
-            let denom = V::add(V::sqrt(sum), eps);
-            v.s[1] = sum;
-            v.p = V::fma(neg_clr, V::div(g, denom), v.p);
-        });
+        drive::<V, _>(n, t.stream.index_base, &mut b, &mut op);
     }
 }
 
@@ -365,14 +431,64 @@ unsafe fn moments<V: Simd>(
     }
 }
 
+struct AdamOp<V: Simd> {
+    c: AdamConsts,
+    omb1: V::F,
+    beta2: V::F,
+    omb2: V::F,
+    neg_step: V::F,
+    inv_sqrt_bc2: V::F,
+    eps: V::F,
+    wd: V::F,
+    decay: V::F,
+}
+
+impl<V: Simd> ElementOp<V> for AdamOp<V> {
+    const WRITE_W: bool = true;
+    // Slot 2 is None unless amsgrad, so "writing" it is a no-op otherwise.
+    const WRITE_S: [bool; 3] = [true, true, true];
+
+    #[inline(always)]
+    unsafe fn apply(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V>) {
+        unsafe {
+            let c = &self.c;
+            let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };
+            let mut p = v.p;
+            if c.use_weight_decay {
+                if c.decoupled {
+                    p = V::mul(p, self.decay);
+                } else {
+                    g = V::fma(self.wd, p, g);
+                }
+            }
+            let (m, vv) = moments::<V>(self.omb1, self.beta2, self.omb2, g, v.s[0], v.s[1]);
+            let v_used = if c.amsgrad {
+                let bigger = V::mask_or(V::gt(vv, v.s[2]), V::is_nan(vv));
+                v.s[2] = V::select(bigger, vv, v.s[2]);
+                v.s[2]
+            } else {
+                vv
+            };
+            let denom = V::fma(V::sqrt(v_used), self.inv_sqrt_bc2, self.eps);
+            v.s[0] = m;
+            v.s[1] = vv;
+            v.p = V::fma(self.neg_step, V::div(m, denom), p);
+        }
+    }
+}
+
 #[inline(always)]
 pub(crate) unsafe fn adam<V: Simd>(c: &AdamConsts, ctx: &StepContext, t: &mut AdamTensor<'_>) {
     unsafe {
         let n = t.weights.len();
+        let s2 = match t.max_exp_avg_sq.as_mut() {
+            Some(x) => Some(Buf::state(x)),
+            None => None,
+        };
         let s = [
             Some(Buf::state(&mut t.exp_avg)),
             Some(Buf::state(&mut t.exp_avg_sq)),
-            t.max_exp_avg_sq.as_mut().map(Buf::state),
+            s2,
         ];
         let mut b = Bufs::<V>::new(
             ctx,
@@ -381,68 +497,47 @@ pub(crate) unsafe fn adam<V: Simd>(c: &AdamConsts, ctx: &StepContext, t: &mut Ad
             Some(Buf::grads(&t.grads)),
             s,
         );
-        let (omb1, beta2, omb2) = (
-            V::splat(c.one_minus_beta1),
-            V::splat(c.beta2),
-            V::splat(c.one_minus_beta2),
-        );
-        let (neg_step, inv_sqrt_bc2, eps) = (
-            V::splat(-c.step_size),
-            V::splat(c.inv_sqrt_bc2),
-            V::splat(c.eps),
-        );
-        let (wd, decay) = (V::splat(c.weight_decay), V::splat(c.decay_factor));
-        let writes = Writes {
-            w: true,
-            s: [true, true, c.amsgrad],
+        let mut op = AdamOp::<V> {
+            c: *c,
+            omb1: V::splat(c.one_minus_beta1),
+            beta2: V::splat(c.beta2),
+            omb2: V::splat(c.one_minus_beta2),
+            neg_step: V::splat(-c.step_size),
+            inv_sqrt_bc2: V::splat(c.inv_sqrt_bc2),
+            eps: V::splat(c.eps),
+            wd: V::splat(c.weight_decay),
+            decay: V::splat(c.decay_factor),
         };
-        drive::<V>(n, t.stream.index_base, &mut b, writes, |v, _, _| {
-            let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };
-            let mut p = v.p;
-            if c.use_weight_decay {
-                if c.decoupled {
-                    p = V::mul(p, decay);
-                } else {
-                    g = V::fma(wd, p, g);
-                }
-            }
-            let (m, vv) = moments::<V>(omb1, beta2, omb2, g, v.s[0], v.s[1]);
-            let v_used = if c.amsgrad {
-                let bigger = V::mask_or(V::gt(vv, v.s[2]), V::is_nan(vv));
-                v.s[2] = V::select(bigger, vv, v.s[2]);
-                v.s[2]
-            } else {
-                vv
-            };
-            let denom = V::fma(V::sqrt(v_used), inv_sqrt_bc2, eps);
-            v.s[0] = m;
-            v.s[1] = vv;
-            v.p = V::fma(neg_step, V::div(m, denom), p);
-        });
+        drive::<V, _>(n, t.stream.index_base, &mut b, &mut op);
     }
 }
 
-/// LAMB's update direction from the weight and the stored moments.
-#[inline(always)]
-unsafe fn direction<V: Simd>(c: &LambConsts, k: &LambV<V>, p: V::F, m: V::F, v: V::F) -> V::F {
-    unsafe {
-        let u = V::div(
-            V::mul(m, k.inv_bc1),
-            V::add(V::sqrt(V::mul(v, k.inv_bc2)), k.eps),
-        );
-        if c.weight_decay != 0.0 {
-            V::fma(k.wd, p, u)
-        } else {
-            u
-        }
-    }
-}
-
+/// LAMB's splatted constants.
+#[derive(Clone, Copy)]
 struct LambV<V: Simd> {
+    c: LambConsts,
     inv_bc1: V::F,
     inv_bc2: V::F,
     eps: V::F,
     wd: V::F,
+}
+
+impl<V: Simd> LambV<V> {
+    /// The update direction from the weight and the stored moments.
+    #[inline(always)]
+    unsafe fn direction(&self, p: V::F, m: V::F, v: V::F) -> V::F {
+        unsafe {
+            let u = V::div(
+                V::mul(m, self.inv_bc1),
+                V::add(V::sqrt(V::mul(v, self.inv_bc2)), self.eps),
+            );
+            if self.c.weight_decay != 0.0 {
+                V::fma(self.wd, p, u)
+            } else {
+                u
+            }
+        }
+    }
 }
 
 /// Canonical sums of squares (SPEC.md §7) over chunks fed in global-index order.
@@ -453,6 +548,7 @@ struct Norm<V: Simd> {
 }
 
 impl<V: Simd> Norm<V> {
+    #[inline(always)]
     unsafe fn new() -> Self {
         Norm {
             acc: unsafe { V::acc_zero() },
@@ -473,6 +569,7 @@ impl<V: Simd> Norm<V> {
         }
     }
 
+    #[inline(always)]
     unsafe fn close(&mut self) {
         unsafe {
             if self.block != u64::MAX {
@@ -482,9 +579,64 @@ impl<V: Simd> Norm<V> {
         }
     }
 
+    #[inline(always)]
     unsafe fn finish(mut self) -> f64 {
         unsafe { self.close() };
         self.total
+    }
+}
+
+/// Pass 1: moments, and the norms of p and of u computed from the moments as stored.
+struct LambPass1<V: Simd> {
+    k: LambV<V>,
+    omb1: V::F,
+    beta2: V::F,
+    omb2: V::F,
+    sm: Buf,
+    sv: Buf,
+    np: Norm<V>,
+    nu: Norm<V>,
+}
+
+impl<V: Simd> ElementOp<V> for LambPass1<V> {
+    const WRITE_W: bool = false;
+    const WRITE_S: [bool; 3] = [true, true, false];
+
+    #[inline(always)]
+    unsafe fn apply(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V>) {
+        unsafe {
+            let (m, vv) = moments::<V>(self.omb1, self.beta2, self.omb2, v.g, v.s[0], v.s[1]);
+            let [r0, r1, _] = &mut b.rng_s;
+            let m_stored = self.sm.as_stored::<V>(m, r0, e);
+            let v_stored = self.sv.as_stored::<V>(vv, r1, e);
+            // Staged lanes outside the slice hold zeros, so they add +0 to both sums.
+            self.np.add(v.p, e);
+            self.nu.add(self.k.direction(v.p, m_stored, v_stored), e);
+            v.s[0] = m;
+            v.s[1] = vv;
+        }
+    }
+}
+
+/// Pass 2: the weights, with u recomputed from the same stored moments.
+struct LambPass2<V: Simd> {
+    k: LambV<V>,
+    neg_lr_ratio: V::F,
+}
+
+impl<V: Simd> ElementOp<V> for LambPass2<V> {
+    const WRITE_W: bool = true;
+    const WRITE_S: [bool; 3] = [false; 3];
+
+    #[inline(always)]
+    unsafe fn apply(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V>) {
+        unsafe {
+            v.p = V::fma(
+                self.neg_lr_ratio,
+                self.k.direction(v.p, v.s[0], v.s[1]),
+                v.p,
+            );
+        }
     }
 }
 
@@ -493,65 +645,38 @@ pub(crate) unsafe fn lamb<V: Simd>(c: &LambConsts, ctx: &StepContext, t: &mut La
     unsafe {
         let n = t.weights.len();
         let base = t.stream.index_base;
-        let s = [
-            Some(Buf::state(&mut t.exp_avg)),
-            Some(Buf::state(&mut t.exp_avg_sq)),
-            None,
-        ];
+        let (sm, sv) = (Buf::state(&mut t.exp_avg), Buf::state(&mut t.exp_avg_sq));
         let mut b = Bufs::<V>::new(
             ctx,
             &t.stream,
             Buf::weights(&mut t.weights),
             Some(Buf::grads(&t.grads)),
-            s,
+            [Some(sm), Some(sv), None],
         );
         let k = LambV::<V> {
+            c: *c,
             inv_bc1: V::splat(c.inv_bc1),
             inv_bc2: V::splat(c.inv_bc2),
             eps: V::splat(c.eps),
             wd: V::splat(c.weight_decay),
         };
-        let (omb1, beta2, omb2) = (
-            V::splat(c.one_minus_beta1),
-            V::splat(c.beta2),
-            V::splat(c.one_minus_beta2),
-        );
-
-        // Pass 1: moments, and the norms of p and of u from the moments as stored.
-        let (mut np, mut nu) = (Norm::<V>::new(), Norm::<V>::new());
-        let writes = Writes {
-            w: false,
-            s: [true, true, false],
+        let mut p1 = LambPass1::<V> {
+            k,
+            omb1: V::splat(c.one_minus_beta1),
+            beta2: V::splat(c.beta2),
+            omb2: V::splat(c.one_minus_beta2),
+            sm,
+            sv,
+            np: Norm::new(),
+            nu: Norm::new(),
         };
-        drive::<V>(n, base, &mut b, writes, |v, ch, bufs| {
-            let (m, vv) = moments::<V>(omb1, beta2, omb2, v.g, v.s[0], v.s[1]);
-            let (sm, sv) = (
-                bufs.s[0].unwrap_or(Buf::F32(core::ptr::null_mut())),
-                bufs.s[1].unwrap_or(Buf::F32(core::ptr::null_mut())),
-            );
-            let (r0, r1) = bufs.rng_s.split_at_mut(1);
-            let m_stored = sm.as_stored::<V>(m, || r0[0].r16(ch.e));
-            let v_stored = sv.as_stored::<V>(vv, || r1[0].r16(ch.e));
-            // Staged lanes outside the slice hold zeros, so they add +0 to both sums.
-            np.add(v.p, ch.e);
-            nu.add(direction::<V>(c, &k, v.p, m_stored, v_stored), ch.e);
-            v.s[0] = m;
-            v.s[1] = vv;
-        });
-        let lr_ratio = V::splat(-crate::reference::lamb::scaled_lr(
-            c,
-            np.finish(),
-            nu.finish(),
-        ));
-
-        // Pass 2: the weights, with u recomputed from the same stored moments.
+        drive::<V, _>(n, base, &mut b, &mut p1);
+        let lr_ratio = crate::reference::lamb::scaled_lr(c, p1.np.finish(), p1.nu.finish());
         b.g = None;
-        let writes = Writes {
-            w: true,
-            s: [false; 3],
+        let mut p2 = LambPass2::<V> {
+            k,
+            neg_lr_ratio: V::splat(-lr_ratio),
         };
-        drive::<V>(n, base, &mut b, writes, |v, _, _| {
-            v.p = V::fma(lr_ratio, direction::<V>(c, &k, v.p, v.s[0], v.s[1]), v.p);
-        });
+        drive::<V, _>(n, base, &mut b, &mut p2);
     }
 }

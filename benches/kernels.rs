@@ -1,0 +1,289 @@
+//! Criterion benchmarks: every kernel on every available backend at 64K, 1M and 16M elements,
+//! with a same-traffic copy loop (reads and writes exactly the bytes the kernel must move) as
+//! the roof. Throughput is reported in elements; bytes per element are in the group name.
+//!
+//! `cargo bench --bench kernels` (all), or filter: `cargo bench --bench kernels -- 'adam.*/1M'`.
+//! `HALFSTEP_BENCH_SIZES=65536` limits the sizes.
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use halfstep::rng::Purpose;
+use halfstep::{
+    AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Backend, Engine, Grads, LambConfig,
+    LambTensor, Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Weights, bf16,
+    f16,
+};
+use std::hint::black_box;
+use std::time::Duration;
+
+fn sizes() -> Vec<usize> {
+    match std::env::var("HALFSTEP_BENCH_SIZES") {
+        Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+        Err(_) => vec![1 << 16, 1 << 20, 1 << 24],
+    }
+}
+
+fn label(n: usize) -> String {
+    if n >= 1 << 20 {
+        format!("{}M", n >> 20)
+    } else {
+        format!("{}K", n >> 10)
+    }
+}
+
+fn engines() -> Vec<Engine> {
+    Backend::available()
+        .into_iter()
+        .map(|b| Engine::new(b).unwrap())
+        .collect()
+}
+
+/// Moves `read` f32-sized words in and `write` out per element: the memory roof for a kernel of
+/// the same traffic (`bytes = 4 * (read + write)` per element, in 32-bit words).
+struct CopyLoop {
+    src: Vec<Vec<u32>>,
+    dst: Vec<Vec<u32>>,
+}
+
+impl CopyLoop {
+    fn new(n: usize, read_bytes: usize, write_bytes: usize) -> Self {
+        let words = |b: usize| (b * n).div_ceil(4);
+        CopyLoop {
+            src: vec![vec![1u32; words(read_bytes)]],
+            dst: vec![vec![0u32; words(write_bytes)]],
+        }
+    }
+    fn run(&mut self) {
+        // memcpy (glibc picks its fastest variant for the CPU) moves the written bytes; the rest of
+        // the reads go through a vectorizable sum.
+        let (s, d) = (&self.src[0], &mut self.dst[0]);
+        let w = d.len().min(s.len());
+        d[..w].copy_from_slice(&s[..w]);
+        let extra: u32 = s[w..].iter().fold(0u32, |a, &x| a.wrapping_add(x));
+        d[w..].fill(extra);
+        black_box((extra, &d));
+    }
+}
+
+/// Registers `name` for every size: one copy-loop roof and one run per backend.
+fn group(
+    c: &mut Criterion,
+    name: &str,
+    read_bytes: usize,
+    write_bytes: usize,
+    mut make: impl FnMut(usize) -> Box<dyn FnMut(Engine)>,
+) {
+    for n in sizes() {
+        let mut g = c.benchmark_group(format!("{name}/{}B-per-elem", read_bytes + write_bytes));
+        g.throughput(Throughput::Elements(n as u64));
+        if n >= 1 << 20 {
+            g.sample_size(10)
+                .warm_up_time(Duration::from_millis(500))
+                .measurement_time(Duration::from_secs(2));
+        } else {
+            g.warm_up_time(Duration::from_millis(300))
+                .measurement_time(Duration::from_secs(1));
+        }
+        let mut copy = CopyLoop::new(n, read_bytes, write_bytes);
+        g.bench_function(BenchmarkId::new("copy-roof", label(n)), |b| {
+            b.iter(|| copy.run())
+        });
+        let mut run = make(n);
+        for e in engines() {
+            if e.backend() == Backend::Reference && n > 1 << 20 {
+                continue; // minutes per sample, and not a product path
+            }
+            g.bench_function(BenchmarkId::new(e.backend().name(), label(n)), |b| {
+                b.iter(|| run(e))
+            });
+        }
+        g.finish();
+    }
+}
+
+fn data(n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i as f32) * 0.618).sin()).collect()
+}
+
+fn benches(c: &mut Criterion) {
+    let ctx = StepContext::new(7, 3);
+    let stream = TensorStream::new(1);
+
+    group(c, "philox_bits", 0, 2, |n| {
+        let mut out = vec![0u16; n];
+        Box::new(move |e| {
+            e.fill_element_bits(&ctx, &stream, Purpose::Weights, &mut out)
+                .unwrap()
+        })
+    });
+    for (name, r) in [
+        ("f32_to_bf16_nearest", Rounding::NearestEven),
+        ("f32_to_bf16_stochastic", Rounding::Stochastic),
+    ] {
+        group(c, name, 4, 2, |n| {
+            let (src, mut dst) = (data(n), vec![bf16::ZERO; n]);
+            Box::new(move |e| e.f32_to_bf16(&src, &mut dst, r, &ctx, &stream).unwrap())
+        });
+    }
+    for (name, r) in [
+        ("f32_to_f16_nearest", Rounding::NearestEven),
+        ("f32_to_f16_stochastic", Rounding::Stochastic),
+    ] {
+        group(c, name, 4, 2, |n| {
+            let (src, mut dst) = (data(n), vec![f16::ZERO; n]);
+            Box::new(move |e| e.f32_to_f16(&src, &mut dst, r, &ctx, &stream).unwrap())
+        });
+    }
+
+    // IPEX's rows: split weights (top + trail), bf16 gradients, f32 state.
+    group(c, "sgd_split_bf16grad_f32momentum", 10, 8, |n| {
+        let w = data(n);
+        let (mut top, mut trail) = (vec![bf16::ZERO; n], vec![0u16; n]);
+        halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
+        let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
+        let mut m = vec![0f32; n];
+        let cfg = SgdConfig {
+            lr: 1e-3,
+            momentum: 0.9,
+            ..Default::default()
+        };
+        Box::new(move |e| {
+            e.sgd_step(
+                &cfg,
+                &ctx,
+                &mut SgdTensor {
+                    weights: Weights::Split {
+                        top: &mut top,
+                        trail: &mut trail,
+                    },
+                    grads: Grads::Bf16(&g),
+                    momentum: Some(State::F32(&mut m)),
+                    stream,
+                },
+            )
+            .unwrap()
+        })
+    });
+    group(c, "adagrad_split_bf16grad_f32sum", 10, 8, |n| {
+        let w = data(n);
+        let (mut top, mut trail) = (vec![bf16::ZERO; n], vec![0u16; n]);
+        halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
+        let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
+        let mut s = vec![0.1f32; n];
+        let cfg = AdagradConfig::default();
+        Box::new(move |e| {
+            e.adagrad_step(
+                &cfg,
+                &ctx,
+                &mut AdagradTensor {
+                    weights: Weights::Split {
+                        top: &mut top,
+                        trail: &mut trail,
+                    },
+                    grads: Grads::Bf16(&g),
+                    sum: State::F32(&mut s),
+                    stream,
+                },
+            )
+            .unwrap()
+        })
+    });
+    group(c, "adam_split_bf16grad_f32state", 14, 12, |n| {
+        let w = data(n);
+        let (mut top, mut trail) = (vec![bf16::ZERO; n], vec![0u16; n]);
+        halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
+        let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
+        let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
+        let cfg = AdamConfig::adam(1e-3);
+        Box::new(move |e| {
+            e.adam_step(
+                &cfg,
+                &ctx,
+                &mut AdamTensor {
+                    weights: Weights::Split {
+                        top: &mut top,
+                        trail: &mut trail,
+                    },
+                    grads: Grads::Bf16(&g),
+                    exp_avg: State::F32(&mut m),
+                    exp_avg_sq: State::F32(&mut v),
+                    max_exp_avg_sq: None,
+                    stream,
+                },
+            )
+            .unwrap()
+        })
+    });
+    // PyTorch's fused AdamW row: everything f32.
+    group(c, "adamw_f32", 16, 12, |n| {
+        let (mut w, g) = (data(n), data(n));
+        let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
+        let cfg = AdamConfig::adamw(1e-3);
+        Box::new(move |e| {
+            e.adam_step(
+                &cfg,
+                &ctx,
+                &mut AdamTensor {
+                    weights: Weights::F32(&mut w),
+                    grads: Grads::F32(&g),
+                    exp_avg: State::F32(&mut m),
+                    exp_avg_sq: State::F32(&mut v),
+                    max_exp_avg_sq: None,
+                    stream,
+                },
+            )
+            .unwrap()
+        })
+    });
+    // bf16 weights and bf16 states, all stochastically rounded: the RNG-heaviest step.
+    group(c, "adamw_bf16_sr_everywhere", 8, 6, |n| {
+        let w = data(n);
+        let mut wb: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x)).collect();
+        let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
+        let (mut m, mut v) = (vec![bf16::ZERO; n], vec![bf16::ZERO; n]);
+        let cfg = AdamConfig::adamw(1e-3);
+        Box::new(move |e| {
+            e.adam_step(
+                &cfg,
+                &ctx,
+                &mut AdamTensor {
+                    weights: Weights::Bf16(&mut wb, Rounding::Stochastic),
+                    grads: Grads::Bf16(&g),
+                    exp_avg: State::Bf16(&mut m, Rounding::Stochastic),
+                    exp_avg_sq: State::Bf16(&mut v, Rounding::Stochastic),
+                    max_exp_avg_sq: None,
+                    stream,
+                },
+            )
+            .unwrap()
+        })
+    });
+    // LAMB reads p, g, m, v and writes m, v in pass 1, reads p, m, v and writes p in pass 2.
+    group(c, "lamb_split_bf16grad_f32state", 28, 12, |n| {
+        let w = data(n);
+        let (mut top, mut trail) = (vec![bf16::ZERO; n], vec![0u16; n]);
+        halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
+        let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
+        let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
+        let cfg = LambConfig::default();
+        Box::new(move |e| {
+            e.lamb_step(
+                &cfg,
+                &ctx,
+                &mut LambTensor {
+                    weights: Weights::Split {
+                        top: &mut top,
+                        trail: &mut trail,
+                    },
+                    grads: Grads::Bf16(&g),
+                    exp_avg: State::F32(&mut m),
+                    exp_avg_sq: State::F32(&mut v),
+                    stream,
+                },
+            )
+            .unwrap()
+        })
+    });
+}
+
+criterion_group!(kernels, benches);
+criterion_main!(kernels);
