@@ -9,6 +9,8 @@
 //! vector code; only the valid lanes are copied back.
 
 #![allow(unsafe_code)]
+// `match` instead of `Option::map`: closures here would lose the target features (see `Chunks`).
+#![allow(clippy::manual_map)]
 
 pub(crate) mod convert;
 pub(crate) mod optim;

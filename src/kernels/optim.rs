@@ -232,9 +232,9 @@ unsafe fn process<V: Simd, O: ElementOp<V>>(
             ],
         };
         op.apply(&mut v, e, b);
-        for i in 0..3 {
+        for (i, slot) in s.into_iter().enumerate() {
             if O::WRITE_S[i]
-                && let Some(sb) = s[i]
+                && let Some(sb) = slot
             {
                 sb.store::<V>(off, v.s[i], &mut b.rng_s[i], e);
             }
