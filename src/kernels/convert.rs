@@ -1,55 +1,93 @@
 //! Random-bit fill and the slice conversions (SPEC.md §3.2, §4).
 //!
-//! Each kernel is a loop over aligned chunks; a partial chunk is staged through zeroed stack
-//! buffers and runs the same per-chunk function as a full one.
+//! Each kernel is a [`ChunkBody`]: `full` works in place, `partial` stages the chunk through
+//! zeroed stack buffers and runs the same per-chunk function.
 
 use super::round::{from_bf16, from_f16, to_bf16, to_f16};
-use super::{GroupBits, Stage, chunks, stage_in, stage_out};
+use super::{Chunk, ChunkBody, GroupBits, Stage, run_chunks, stage_in, stage_out};
 use crate::arch::Simd;
 use crate::reference::philox::BitsCoord;
 use crate::reference::round::Rounding;
+
+struct FillBits<V: Simd> {
+    rng: GroupBits<V>,
+    dst: *mut u16,
+}
+
+impl<V: Simd> ChunkBody<V> for FillBits<V> {
+    #[inline(always)]
+    unsafe fn full(&mut self, off: isize, e: u64) {
+        unsafe { V::store_u16(self.dst.offset(off), self.rng.r16(e)) }
+    }
+    #[inline(always)]
+    unsafe fn partial(&mut self, c: &Chunk) {
+        unsafe {
+            let mut st = Stage::new();
+            V::store_u16(st.h.as_mut_ptr(), self.rng.r16(c.e));
+            stage_out(st.h.as_ptr(), self.dst, c);
+        }
+    }
+}
 
 /// SPEC.md §3.2: the bits of elements `base .. base + out.len()`.
 #[inline(always)]
 pub(crate) unsafe fn fill_bits<V: Simd>(coord: &BitsCoord, base: u64, out: &mut [u16]) {
     unsafe {
-        let mut rng = GroupBits::<V>::new(*coord);
-        let dst = out.as_mut_ptr();
-        for c in chunks::<V>(base, out.len()) {
-            let r = rng.r16(c.e);
-            if c.is_full::<V>() {
-                V::store_u16(dst.offset(c.off), r);
-            } else {
-                let mut st = Stage::new();
-                V::store_u16(st.h.as_mut_ptr(), r);
-                stage_out(st.h.as_ptr(), dst, &c);
-            }
-        }
+        let mut k = FillBits::<V> {
+            rng: GroupBits::new(*coord),
+            dst: out.as_mut_ptr(),
+        };
+        run_chunks::<V, _>(base, out.len(), &mut k);
     }
 }
 
-/// Which 16-bit format a narrowing kernel writes.
+/// Which 16-bit format a conversion reads or writes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Narrow {
     Bf16,
     F16,
 }
 
-#[inline(always)]
-unsafe fn narrow_chunk<V: Simd>(
+struct NarrowK<V: Simd> {
     fmt: Narrow,
-    s: *const f32,
-    d: *mut u16,
     rounding: Rounding,
-    r: V::U,
-) {
-    unsafe {
-        let b = V::to_bits(V::load(s));
-        let out = match fmt {
-            Narrow::Bf16 => to_bf16::<V>(b, rounding, r),
-            Narrow::F16 => to_f16::<V>(b, rounding, r),
-        };
-        V::store_u16(d, out);
+    rng: GroupBits<V>,
+    src: *const f32,
+    dst: *mut u16,
+}
+
+impl<V: Simd> NarrowK<V> {
+    #[inline(always)]
+    unsafe fn chunk(&mut self, s: *const f32, d: *mut u16, e: u64) {
+        unsafe {
+            let r = if self.rounding == Rounding::Stochastic {
+                self.rng.r16(e)
+            } else {
+                V::splat_u(0)
+            };
+            let b = V::to_bits(V::load(s));
+            let out = match self.fmt {
+                Narrow::Bf16 => to_bf16::<V>(b, self.rounding, r),
+                Narrow::F16 => to_f16::<V>(b, self.rounding, r),
+            };
+            V::store_u16(d, out);
+        }
+    }
+}
+
+impl<V: Simd> ChunkBody<V> for NarrowK<V> {
+    #[inline(always)]
+    unsafe fn full(&mut self, off: isize, e: u64) {
+        unsafe { self.chunk(self.src.offset(off), self.dst.offset(off), e) }
+    }
+    #[inline(always)]
+    unsafe fn partial(&mut self, c: &Chunk) {
+        unsafe {
+            let mut st = Stage::new();
+            stage_in(self.src, st.f.as_mut_ptr(), c);
+            self.chunk(st.f.as_ptr(), st.h.as_mut_ptr(), c.e);
+            stage_out(st.h.as_ptr(), self.dst, c);
+        }
     }
 }
 
@@ -64,35 +102,50 @@ pub(crate) unsafe fn narrow<V: Simd>(
     base: u64,
 ) {
     unsafe {
-        let mut rng = GroupBits::<V>::new(*coord);
-        let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
-        for c in chunks::<V>(base, src.len()) {
-            let r = if rounding == Rounding::Stochastic {
-                rng.r16(c.e)
-            } else {
-                V::splat_u(0)
+        let mut k = NarrowK::<V> {
+            fmt,
+            rounding,
+            rng: GroupBits::new(*coord),
+            src: src.as_ptr(),
+            dst: dst.as_mut_ptr(),
+        };
+        run_chunks::<V, _>(base, src.len(), &mut k);
+    }
+}
+
+struct WidenK {
+    fmt: Narrow,
+    src: *const u16,
+    dst: *mut f32,
+}
+
+impl WidenK {
+    #[inline(always)]
+    unsafe fn chunk<V: Simd>(&self, s: *const u16, d: *mut f32) {
+        unsafe {
+            let h = V::load_u16(s);
+            let out = match self.fmt {
+                Narrow::Bf16 => from_bf16::<V>(h),
+                Narrow::F16 => from_f16::<V>(h),
             };
-            if c.is_full::<V>() {
-                narrow_chunk::<V>(fmt, sp.offset(c.off), dp.offset(c.off), rounding, r);
-            } else {
-                let mut st = Stage::new();
-                stage_in(sp, st.f.as_mut_ptr(), &c);
-                narrow_chunk::<V>(fmt, st.f.as_ptr(), st.h.as_mut_ptr(), rounding, r);
-                stage_out(st.h.as_ptr(), dp, &c);
-            }
+            V::store(d, out);
         }
     }
 }
 
-#[inline(always)]
-unsafe fn widen_chunk<V: Simd>(fmt: Narrow, s: *const u16, d: *mut f32) {
-    unsafe {
-        let h = V::load_u16(s);
-        let out = match fmt {
-            Narrow::Bf16 => from_bf16::<V>(h),
-            Narrow::F16 => from_f16::<V>(h),
-        };
-        V::store(d, out);
+impl<V: Simd> ChunkBody<V> for WidenK {
+    #[inline(always)]
+    unsafe fn full(&mut self, off: isize, _e: u64) {
+        unsafe { self.chunk::<V>(self.src.offset(off), self.dst.offset(off)) }
+    }
+    #[inline(always)]
+    unsafe fn partial(&mut self, c: &Chunk) {
+        unsafe {
+            let mut st = Stage::new();
+            stage_in(self.src, st.h.as_mut_ptr(), c);
+            self.chunk::<V>(st.h.as_ptr(), st.f.as_mut_ptr());
+            stage_out(st.f.as_ptr(), self.dst, c);
+        }
     }
 }
 
@@ -100,18 +153,19 @@ unsafe fn widen_chunk<V: Simd>(fmt: Narrow, s: *const u16, d: *mut f32) {
 #[inline(always)]
 pub(crate) unsafe fn widen<V: Simd>(fmt: Narrow, src: &[u16], dst: &mut [f32]) {
     unsafe {
-        let (sp, dp) = (src.as_ptr(), dst.as_mut_ptr());
-        for c in chunks::<V>(0, src.len()) {
-            if c.is_full::<V>() {
-                widen_chunk::<V>(fmt, sp.offset(c.off), dp.offset(c.off));
-            } else {
-                let mut st = Stage::new();
-                stage_in(sp, st.h.as_mut_ptr(), &c);
-                widen_chunk::<V>(fmt, st.h.as_ptr(), st.f.as_mut_ptr());
-                stage_out(st.f.as_ptr(), dp, &c);
-            }
-        }
+        let mut k = WidenK {
+            fmt,
+            src: src.as_ptr(),
+            dst: dst.as_mut_ptr(),
+        };
+        run_chunks::<V, _>(0, src.len(), &mut k);
     }
+}
+
+struct SplitK {
+    src: *const f32,
+    top: *mut u16,
+    trail: *mut u16,
 }
 
 #[inline(always)]
@@ -123,23 +177,46 @@ unsafe fn split_chunk<V: Simd>(s: *const f32, t: *mut u16, l: *mut u16) {
     }
 }
 
+impl<V: Simd> ChunkBody<V> for SplitK {
+    #[inline(always)]
+    unsafe fn full(&mut self, off: isize, _e: u64) {
+        unsafe {
+            split_chunk::<V>(
+                self.src.offset(off),
+                self.top.offset(off),
+                self.trail.offset(off),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn partial(&mut self, c: &Chunk) {
+        unsafe {
+            let mut st = Stage::new();
+            stage_in(self.src, st.f.as_mut_ptr(), c);
+            split_chunk::<V>(st.f.as_ptr(), st.h.as_mut_ptr(), st.h2.as_mut_ptr());
+            stage_out(st.h.as_ptr(), self.top, c);
+            stage_out(st.h2.as_ptr(), self.trail, c);
+        }
+    }
+}
+
 /// f32 -> (top, trail).
 #[inline(always)]
 pub(crate) unsafe fn split<V: Simd>(src: &[f32], top: &mut [u16], trail: &mut [u16]) {
     unsafe {
-        let (sp, tp, lp) = (src.as_ptr(), top.as_mut_ptr(), trail.as_mut_ptr());
-        for c in chunks::<V>(0, src.len()) {
-            if c.is_full::<V>() {
-                split_chunk::<V>(sp.offset(c.off), tp.offset(c.off), lp.offset(c.off));
-            } else {
-                let mut st = Stage::new();
-                stage_in(sp, st.f.as_mut_ptr(), &c);
-                split_chunk::<V>(st.f.as_ptr(), st.h.as_mut_ptr(), st.h2.as_mut_ptr());
-                stage_out(st.h.as_ptr(), tp, &c);
-                stage_out(st.h2.as_ptr(), lp, &c);
-            }
-        }
+        let mut k = SplitK {
+            src: src.as_ptr(),
+            top: top.as_mut_ptr(),
+            trail: trail.as_mut_ptr(),
+        };
+        run_chunks::<V, _>(0, src.len(), &mut k);
     }
+}
+
+struct CombineK {
+    top: *const u16,
+    trail: *const u16,
+    dst: *mut f32,
 }
 
 #[inline(always)]
@@ -150,21 +227,38 @@ unsafe fn combine_chunk<V: Simd>(t: *const u16, l: *const u16, d: *mut f32) {
     }
 }
 
+impl<V: Simd> ChunkBody<V> for CombineK {
+    #[inline(always)]
+    unsafe fn full(&mut self, off: isize, _e: u64) {
+        unsafe {
+            combine_chunk::<V>(
+                self.top.offset(off),
+                self.trail.offset(off),
+                self.dst.offset(off),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn partial(&mut self, c: &Chunk) {
+        unsafe {
+            let mut st = Stage::new();
+            stage_in(self.top, st.h.as_mut_ptr(), c);
+            stage_in(self.trail, st.h2.as_mut_ptr(), c);
+            combine_chunk::<V>(st.h.as_ptr(), st.h2.as_ptr(), st.f.as_mut_ptr());
+            stage_out(st.f.as_ptr(), self.dst, c);
+        }
+    }
+}
+
 /// (top, trail) -> f32.
 #[inline(always)]
 pub(crate) unsafe fn combine<V: Simd>(top: &[u16], trail: &[u16], dst: &mut [f32]) {
     unsafe {
-        let (tp, lp, dp) = (top.as_ptr(), trail.as_ptr(), dst.as_mut_ptr());
-        for c in chunks::<V>(0, top.len()) {
-            if c.is_full::<V>() {
-                combine_chunk::<V>(tp.offset(c.off), lp.offset(c.off), dp.offset(c.off));
-            } else {
-                let mut st = Stage::new();
-                stage_in(tp, st.h.as_mut_ptr(), &c);
-                stage_in(lp, st.h2.as_mut_ptr(), &c);
-                combine_chunk::<V>(st.h.as_ptr(), st.h2.as_ptr(), st.f.as_mut_ptr());
-                stage_out(st.f.as_ptr(), dp, &c);
-            }
-        }
+        let mut k = CombineK {
+            top: top.as_ptr(),
+            trail: trail.as_ptr(),
+            dst: dst.as_mut_ptr(),
+        };
+        run_chunks::<V, _>(0, top.len(), &mut k);
     }
 }

@@ -9,7 +9,7 @@
 //! vector code; only the valid lanes are copied back.
 
 #![allow(unsafe_code)]
-// `match` instead of `Option::map`: closures here would lose the target features (see `Chunks`).
+// `match` instead of `Option::map`: closures here would lose the target features (see `ChunkBody`).
 #![allow(clippy::manual_map)]
 
 pub(crate) mod convert;
@@ -29,53 +29,56 @@ pub(crate) struct Chunk {
     pub hi: usize,
 }
 
-impl Chunk {
-    #[inline(always)]
-    pub fn is_full<V: Simd>(&self) -> bool {
-        self.lo == 0 && self.hi == V::LANES
-    }
-}
-
-/// The `LANES`-aligned chunks covering global indices `base .. base + n`, in order.
+/// What a kernel does with one chunk: `full` for a chunk entirely inside the slice (local offset
+/// `off`, global index `e`), `partial` for the head or tail chunk, which it stages.
 ///
-/// An iterator rather than a callback: closures defined in these generic functions would be
-/// compiled without the entry point's target features, and every intrinsic in them would become
-/// a function call. Nothing on a hot path here takes a closure.
-pub(crate) struct Chunks {
-    e: u64,
-    base: u64,
-    end: u64,
-    lanes: u64,
+/// A trait rather than a closure: closures defined in these generic functions would be compiled
+/// without the entry point's target features, and every intrinsic in them would become a call.
+pub(crate) trait ChunkBody<V: Simd> {
+    unsafe fn full(&mut self, off: isize, e: u64);
+    unsafe fn partial(&mut self, c: &Chunk);
 }
 
+/// Runs `body` over the `LANES`-aligned chunks covering global indices `base .. base + n`, in
+/// order: a partial head chunk, a counted loop over full chunks, a partial tail chunk.
 #[inline(always)]
-pub(crate) fn chunks<V: Simd>(base: u64, n: usize) -> Chunks {
-    let lanes = V::LANES as u64;
-    Chunks {
-        e: base - base % lanes,
-        base,
-        end: base + n as u64,
-        lanes,
-    }
-}
-
-impl Iterator for Chunks {
-    type Item = Chunk;
-
-    #[inline(always)]
-    fn next(&mut self) -> Option<Chunk> {
-        if self.e >= self.end {
-            return None;
+pub(crate) unsafe fn run_chunks<V: Simd, B: ChunkBody<V>>(base: u64, n: usize, body: &mut B) {
+    unsafe {
+        if n == 0 {
+            return;
         }
-        let e = self.e;
-        let off = e as i128 - self.base as i128;
-        self.e += self.lanes;
-        Some(Chunk {
+        let l = V::LANES as u64;
+        let end = base + n as u64;
+        let first_full = base.div_ceil(l) * l;
+        let last_full_end = end / l * l;
+        let chunk = |e: u64| Chunk {
             e,
-            off: off as isize,
-            lo: (-off).max(0) as usize,
-            hi: (self.end - e).min(self.lanes) as usize,
-        })
+            off: (e as i128 - base as i128) as isize,
+            lo: base.saturating_sub(e) as usize,
+            hi: (end - e).min(l) as usize,
+        };
+        if first_full >= last_full_end {
+            // No full chunk: one or two partial ones.
+            let mut e = base - base % l;
+            while e < end {
+                body.partial(&chunk(e));
+                e += l;
+            }
+            return;
+        }
+        if first_full > base {
+            body.partial(&chunk(first_full - l));
+        }
+        let mut off = (first_full - base) as isize;
+        let mut e = first_full;
+        while e < last_full_end {
+            body.full(off, e);
+            off += V::LANES as isize;
+            e += l;
+        }
+        if last_full_end < end {
+            body.partial(&chunk(last_full_end));
+        }
     }
 }
 
