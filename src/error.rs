@@ -4,7 +4,10 @@
 use core::fmt;
 
 /// Why a call was refused.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Equality compares the offending hyperparameter value by bits, so an error with a NaN value
+/// equals itself.
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Error {
     /// A buffer's length differs from the weights' (or source's) length.
@@ -120,6 +123,76 @@ impl fmt::Display for Error {
                     "backend {backend} is not available on this CPU or target"
                 )
             }
+        }
+    }
+}
+
+impl PartialEq for Error {
+    fn eq(&self, other: &Error) -> bool {
+        match (self, other) {
+            (
+                Error::InvalidHyperparameter {
+                    name,
+                    value,
+                    expected,
+                },
+                Error::InvalidHyperparameter {
+                    name: n,
+                    value: v,
+                    expected: x,
+                },
+            ) => name == n && value.to_bits() == v.to_bits() && expected == x,
+            (Error::InvalidHyperparameter { .. }, _) | (_, Error::InvalidHyperparameter { .. }) => {
+                false
+            }
+            // Every other variant holds only integers, strings and enums: a derived comparison.
+            (a, b) => Comparable::from(a) == Comparable::from(b),
+        }
+    }
+}
+
+impl Eq for Error {}
+
+/// `Error` without the float field, for a derived comparison of the other variants.
+#[derive(PartialEq)]
+enum Comparable<'a> {
+    LengthMismatch(&'static str, usize, usize),
+    Empty,
+    StepZero,
+    StepOverflow,
+    StateMismatch(&'static str, bool),
+    StreamOutOfRange(u32),
+    IndexOutOfRange(u64, usize),
+    ReplicaOutOfRange(u16),
+    BadCheckpoint,
+    UnknownBackend(&'a str),
+    BackendUnavailable(crate::Backend),
+    Hyper,
+}
+
+impl<'a> From<&'a Error> for Comparable<'a> {
+    fn from(e: &'a Error) -> Comparable<'a> {
+        match e {
+            Error::LengthMismatch {
+                buffer,
+                expected,
+                found,
+            } => Comparable::LengthMismatch(buffer, *expected, *found),
+            Error::Empty => Comparable::Empty,
+            Error::StepZero => Comparable::StepZero,
+            Error::StepOverflow => Comparable::StepOverflow,
+            Error::StateMismatch { buffer, required } => {
+                Comparable::StateMismatch(buffer, *required)
+            }
+            Error::StreamOutOfRange { stream } => Comparable::StreamOutOfRange(*stream),
+            Error::IndexOutOfRange { index_base, len } => {
+                Comparable::IndexOutOfRange(*index_base, *len)
+            }
+            Error::ReplicaOutOfRange { replica } => Comparable::ReplicaOutOfRange(*replica),
+            Error::BadCheckpoint => Comparable::BadCheckpoint,
+            Error::UnknownBackend { name } => Comparable::UnknownBackend(name),
+            Error::BackendUnavailable { backend } => Comparable::BackendUnavailable(*backend),
+            Error::InvalidHyperparameter { .. } => Comparable::Hyper,
         }
     }
 }

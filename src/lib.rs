@@ -36,6 +36,8 @@ mod arch;
 pub mod convert;
 mod dispatch;
 mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod kernels;
 pub mod optim;
 pub mod reference;

@@ -637,3 +637,22 @@ fn errors_describe_themselves() {
     };
     assert_eq!(e.to_string(), "grads has 9 elements, expected 10");
 }
+
+#[test]
+fn an_error_with_a_nan_value_equals_itself() {
+    let e = Error::InvalidHyperparameter {
+        name: "lr",
+        value: f64::NAN,
+        expected: "finite and >= 0",
+    };
+    assert_eq!(e, e.clone());
+    assert_ne!(
+        e,
+        Error::InvalidHyperparameter {
+            name: "lr",
+            value: 1.0,
+            expected: "finite and >= 0"
+        }
+    );
+    assert_ne!(e, Error::Empty);
+}

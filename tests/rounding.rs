@@ -157,7 +157,7 @@ fn bf16_stochastic_rounding_is_exactly_unbiased_over_all_65536_random_values() {
 fn f16_grid(x: f32) -> (f64, f64) {
     let a = f64::from(x.abs());
     let e = ((a.to_bits() >> 52) as i32) - 1023; // exact: f32 values are normal in f64
-    let quantum = 2f64.powi(e.max(F16_EMIN) - F16_MAN as i32);
+    let quantum = f64::from(common::pow2(e.max(F16_EMIN) - F16_MAN as i32));
     (quantum, a / quantum)
 }
 
@@ -172,7 +172,7 @@ fn f16_inputs() -> Vec<f32> {
         xs.push(log_uniform(&mut r, 15, 16)); // top binade, incl. values that round to Inf
         // Exact ties of the f16 grid and their f32 neighbours.
         let k = (1 + r.next_u32() % 4000) as f32;
-        let tie = (k + 0.5) * 2f32.powi(-24 + (r.next_u32() % 20) as i32);
+        let tie = (k + 0.5) * common::pow2(-24 + (r.next_u32() % 20) as i32);
         xs.push(f32::from_bits(tie.to_bits() + r.next_u32() % 3 - 1));
         xs.push(-log_uniform(&mut r, -24, 16).abs());
     }
@@ -223,7 +223,7 @@ fn f16_stochastic_rounding_is_unbiased_over_all_65536_random_values_subnormals_i
             );
             truncated_cases += 1;
         }
-        if x.abs() < 2f32.powi(-14) {
+        if x.abs() < common::pow2(-14) {
             subnormal_cases += 1;
         }
     }

@@ -22,7 +22,12 @@ pub fn log_uniform(r: &mut PhiloxRng, emin: i32, emax: i32) -> f32 {
     let e = emin + (r.next_u32() % (emax - emin) as u32) as i32;
     let m = 1.0 + (r.next_u32() >> 9) as f32 / (1u32 << 23) as f32;
     let s = if r.next_u32() & 1 == 0 { 1.0 } else { -1.0 };
-    s * m * 2f32.powi(e)
+    s * m * pow2(e)
+}
+
+/// 2^e for e in -126..=127, built from bits (exact; `powi` is not, e.g. under Miri).
+pub fn pow2(e: i32) -> f32 {
+    f32::from_bits(((e + 127) as u32) << 23)
 }
 
 /// Parses a hex field.

@@ -1,0 +1,533 @@
+//! Differential checks for the fuzzers and the corpus replay (feature `fuzzing`).
+//!
+//! [`check`] decodes one case from arbitrary bytes — lengths, start offsets, index bases,
+//! storage kinds, values with special-value masks, seeds, steps, streams, replicas and
+//! hyperparameters, extreme and invalid ones included — runs the reference and every available
+//! backend on it, and reports any difference in output bits or in accept/reject as an `Err`
+//! holding a reproducer description. `fuzz/` wraps it in cargo-fuzz targets; `tests/fuzz_corpus.rs`
+//! replays the committed corpus with it on stable.
+
+use crate::rng::Purpose;
+use crate::{
+    AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Backend, Engine, Grads, LambConfig,
+    LambTensor, Replica, Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Weights,
+    bf16, f16,
+};
+use arbitrary::{Arbitrary, Result as AResult, Unstructured};
+use core::fmt::Debug;
+
+/// A kernel family with its own fuzz target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Element-indexed random bits.
+    PhiloxBits,
+    /// f32 <-> bf16 / f16 in every rounding mode, split and combine.
+    Convert,
+    /// SGD.
+    Sgd,
+    /// Adagrad.
+    Adagrad,
+    /// Adam / AdamW.
+    Adam,
+    /// LAMB.
+    Lamb,
+}
+
+/// Every target.
+pub const TARGETS: [Target; 6] = [
+    Target::PhiloxBits,
+    Target::Convert,
+    Target::Sgd,
+    Target::Adagrad,
+    Target::Adam,
+    Target::Lamb,
+];
+
+impl Target {
+    /// The cargo-fuzz target and corpus directory name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::PhiloxBits => "philox_bits",
+            Target::Convert => "convert",
+            Target::Sgd => "sgd",
+            Target::Adagrad => "adagrad",
+            Target::Adam => "adam",
+            Target::Lamb => "lamb",
+        }
+    }
+}
+
+/// Decodes `data` as a case for `target` and compares every available backend with the reference.
+pub fn check(target: Target, data: &[u8]) -> Result<(), String> {
+    let mut u = Unstructured::new(data);
+    // Running out of bytes is not a failure: the decoders fall back to defaults.
+    let r = match target {
+        Target::PhiloxBits => philox_bits(&mut u),
+        Target::Convert => convert(&mut u),
+        Target::Sgd => sgd(&mut u),
+        Target::Adagrad => adagrad(&mut u),
+        Target::Adam => adam(&mut u),
+        Target::Lamb => lamb(&mut u),
+    };
+    match r {
+        Ok(r) => r,
+        Err(_) => Ok(()),
+    }
+}
+
+/// f32 patterns worth hitting on purpose (NaN payloads high and low, infinities, zeros,
+/// subnormals, extremes, rounding ties, binade crossings, f16 limits).
+const SPECIALS: [u32; 24] = [
+    0x7FC0_0000,
+    0xFFC0_0001,
+    0x7FA0_0000,
+    0x7F80_0001,
+    0xFF80_FFFF,
+    0x7F80_0000,
+    0xFF80_0000,
+    0x0000_0000,
+    0x8000_0000,
+    0x0000_0001,
+    0x807F_FFFF,
+    0x0080_0000,
+    0x7F7F_FFFF,
+    0xFF7F_FFFF,
+    0x7F7F_8000,
+    0x3F80_8000,
+    0x3F80_1000,
+    0x3F7F_FFFF,
+    0x477F_E000,
+    0x477F_F000,
+    0x3880_0000,
+    0x3380_0000,
+    0x3300_0000,
+    0x3340_0000,
+];
+
+fn value(u: &mut Unstructured<'_>) -> AResult<f32> {
+    Ok(match u.int_in_range(0u8..=7)? {
+        0 => f32::from_bits(u32::arbitrary(u)?),
+        1 => f32::from_bits(SPECIALS[u.choose_index(SPECIALS.len())?]),
+        _ => {
+            // An ordinary value: magnitude 2^-40 .. 2^20, either sign.
+            let e = i32::from(u.int_in_range(0u8..=60)?) - 40;
+            let m = 1.0 + (u32::arbitrary(u)? >> 9) as f32 / (1u32 << 23) as f32;
+            let s = if bool::arbitrary(u)? { -1.0 } else { 1.0 };
+            // 2^e from bits: exact everywhere (`powi` is perturbed under Miri).
+            s * m * f32::from_bits(((e + 127) as u32) << 23)
+        }
+    })
+}
+
+fn values(u: &mut Unstructured<'_>, n: usize) -> AResult<Vec<f32>> {
+    (0..n).map(|_| value(u)).collect()
+}
+
+/// A hyperparameter: usually one of `typical`, sometimes an extreme or invalid pattern.
+fn hyper(u: &mut Unstructured<'_>, typical: &[f32]) -> AResult<f32> {
+    Ok(match u.int_in_range(0u8..=9)? {
+        0 => f32::from_bits(u32::arbitrary(u)?),
+        1 => [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            f32::MIN_POSITIVE,
+            1e-30,
+            3e38,
+            f32::INFINITY,
+            f32::NAN,
+            0.999_999,
+        ][u.choose_index(10)?],
+        _ => typical[u.choose_index(typical.len())?],
+    })
+}
+
+/// Everything a case shares: sizes and RNG coordinates, some of them out of range on purpose.
+#[derive(Clone, Copy, Debug)]
+struct Common {
+    len: usize,
+    off: usize,
+    ctx: StepContext,
+    stream: TensorStream,
+}
+
+fn common(u: &mut Unstructured<'_>) -> AResult<Common> {
+    let len = u.int_in_range(0usize..=520)?;
+    let off = u.int_in_range(0usize..=15)?;
+    let step = match u.int_in_range(0u8..=5)? {
+        0 => 0,
+        1 => u32::MAX,
+        2 => u32::arbitrary(u)?,
+        k => u32::from(k) - 2,
+    };
+    let replica = match u.int_in_range(0u8..=3)? {
+        0 => Replica::Differing(u16::arbitrary(u)?),
+        1 => Replica::Differing(u16::MAX),
+        _ => Replica::Identical,
+    };
+    let id = if u.ratio(1, 16)? {
+        u32::arbitrary(u)?
+    } else {
+        u32::arbitrary(u)? & ((1 << 28) - 1)
+    };
+    let limit = 1u64 << 51;
+    let index_base = match u.int_in_range(0u8..=6)? {
+        0 => limit - len as u64,
+        1 => limit - len as u64 + 1,
+        2 => u64::arbitrary(u)?,
+        3 => u64::arbitrary(u)? % limit,
+        k => [0, 1, 127, 2047][usize::from(k - 3)],
+    };
+    Ok(Common {
+        len,
+        off,
+        ctx: StepContext {
+            seed: u64::arbitrary(u)?,
+            step,
+            replica,
+        },
+        stream: TensorStream { id, index_base },
+    })
+}
+
+/// Every engine to compare with the reference.
+fn backends() -> Vec<Engine> {
+    Backend::available()
+        .into_iter()
+        .filter(|&b| b != Backend::Reference)
+        .filter_map(|b| Engine::new(b).ok())
+        .collect()
+}
+
+fn reference() -> Engine {
+    Engine::new(Backend::Reference).expect("the reference is always available")
+}
+
+/// Runs `run` on the reference and every backend, each on a fresh copy of `data`, and compares
+/// the results and the bit patterns of every buffer (`bits`).
+fn compare<D: Clone, R: PartialEq + Debug>(
+    case: &dyn Debug,
+    data: &D,
+    bits: impl Fn(&D) -> Vec<u32>,
+    run: impl Fn(Engine, &mut D) -> R,
+) -> Result<(), String> {
+    let mut want_data = data.clone();
+    let want = run(reference(), &mut want_data);
+    let want_bits = bits(&want_data);
+    for e in backends() {
+        let mut d = data.clone();
+        let got = run(e, &mut d);
+        if got != want {
+            return Err(format!(
+                "{}: result {got:?}, reference {want:?}\ncase: {case:#?}",
+                e.backend()
+            ));
+        }
+        let got_bits = bits(&d);
+        if let Some(i) = got_bits.iter().zip(&want_bits).position(|(a, b)| a != b) {
+            return Err(format!(
+                "{}: output word {i} is {:#010x}, reference {:#010x}\ncase: {case:#?}",
+                e.backend(),
+                got_bits[i],
+                want_bits[i]
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn philox_bits(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
+    let c = common(u)?;
+    let purpose = [
+        Purpose::Weights,
+        Purpose::FirstMoment,
+        Purpose::SecondMoment,
+        Purpose::MaxSecondMoment,
+    ][u.choose_index(4)?];
+    let data = vec![0u16; c.len + c.off];
+    Ok(compare(
+        &(c, purpose),
+        &data,
+        |d| d.iter().map(|&x| u32::from(x)).collect(),
+        |e, d| e.fill_element_bits(&c.ctx, &c.stream, purpose, &mut d[c.off..]),
+    ))
+}
+
+/// Buffers for the conversion target.
+#[derive(Clone, Debug)]
+struct ConvertData {
+    src: Vec<f32>,
+    src16: Vec<u16>,
+    bf: Vec<bf16>,
+    h: Vec<f16>,
+    out: Vec<f32>,
+    trail: Vec<u16>,
+}
+
+fn convert(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
+    let c = common(u)?;
+    let rounding = [
+        Rounding::NearestEven,
+        Rounding::Stochastic,
+        Rounding::TowardZero,
+    ][u.choose_index(3)?];
+    let n = c.len + c.off;
+    let data = ConvertData {
+        src: values(u, n)?,
+        src16: (0..n).map(|_| u16::arbitrary(u)).collect::<AResult<_>>()?,
+        bf: vec![bf16::ZERO; n],
+        h: vec![f16::ZERO; n],
+        out: vec![0.0; n],
+        trail: vec![0; n],
+    };
+    let bits = |d: &ConvertData| {
+        let mut b: Vec<u32> = d.bf.iter().map(|x| u32::from(x.to_bits())).collect();
+        b.extend(d.h.iter().map(|x| u32::from(x.to_bits())));
+        b.extend(d.out.iter().map(|x| x.to_bits()));
+        b.extend(d.trail.iter().map(|&x| u32::from(x)));
+        b
+    };
+    let o = c.off;
+    Ok(compare(&(c, rounding), &data, bits, |e, d| {
+        let as_bf: Vec<bf16> = d.src16[o..].iter().map(|&x| bf16::from_bits(x)).collect();
+        let as_h: Vec<f16> = d.src16[o..].iter().map(|&x| f16::from_bits(x)).collect();
+        let r1 = e.f32_to_bf16(&d.src[o..], &mut d.bf[o..], rounding, &c.ctx, &c.stream);
+        let r2 = e.f32_to_f16(&d.src[o..], &mut d.h[o..], rounding, &c.ctx, &c.stream);
+        let mut widened = vec![0f32; as_bf.len()];
+        let r3 = e.bf16_to_f32(&as_bf, &mut widened);
+        let r4 = e.f16_to_f32(&as_h, &mut d.out[o..]);
+        let mut w2 = widened.clone();
+        let r5 = e.split(&widened, &mut d.bf[o..], &mut d.trail[o..]);
+        let r6 = e.combine(&d.bf[o..], &d.trail[o..], &mut w2);
+        d.out[o..]
+            .iter_mut()
+            .zip(&w2)
+            .for_each(|(a, b)| *a = f32::from_bits(a.to_bits() ^ b.to_bits()));
+        [r1, r2, r3, r4, r5, r6]
+    }))
+}
+
+/// One tensor in every storage format; `wk`, `gk`, `sk` pick which ones a step sees.
+#[derive(Clone, Debug)]
+struct TensorData {
+    c: Common,
+    wk: u8,
+    gk: u8,
+    sk: [u8; 3],
+    w32: Vec<f32>,
+    top: Vec<bf16>,
+    trail: Vec<u16>,
+    g32: Vec<f32>,
+    g16: Vec<bf16>,
+    s32: [Vec<f32>; 3],
+    s16: [Vec<bf16>; 3],
+}
+
+fn tensor(u: &mut Unstructured<'_>) -> AResult<TensorData> {
+    let c = common(u)?;
+    let n = c.len + c.off;
+    let w = values(u, n)?;
+    let g = values(u, n)?;
+    let s = [values(u, n)?, values(u, n)?, values(u, n)?];
+    let bf = |v: &Vec<f32>| {
+        v.iter()
+            .map(|&x| bf16::from_bits((x.to_bits() >> 16) as u16))
+            .collect::<Vec<_>>()
+    };
+    Ok(TensorData {
+        c,
+        wk: u.int_in_range(0u8..=4)?,
+        gk: u.int_in_range(0u8..=1)?,
+        sk: [
+            u.int_in_range(0u8..=2)?,
+            u.int_in_range(0u8..=2)?,
+            u.int_in_range(0u8..=2)?,
+        ],
+        top: bf(&w),
+        trail: w.iter().map(|x| x.to_bits() as u16).collect(),
+        w32: w,
+        g16: bf(&g),
+        g32: g,
+        s16: [bf(&s[0]), bf(&s[1]), bf(&s[2])],
+        s32: s,
+    })
+}
+
+impl TensorData {
+    fn views(&mut self) -> (Weights<'_>, Grads<'_>, [State<'_>; 3]) {
+        let o = self.c.off;
+        let rounding = [
+            Rounding::NearestEven,
+            Rounding::Stochastic,
+            Rounding::TowardZero,
+        ];
+        let weights = match self.wk {
+            0 => Weights::F32(&mut self.w32[o..]),
+            1 => Weights::Split {
+                top: &mut self.top[o..],
+                trail: &mut self.trail[o..],
+            },
+            k => Weights::Bf16(&mut self.top[o..], rounding[usize::from(k - 2)]),
+        };
+        let grads = if self.gk == 0 {
+            Grads::F32(&self.g32[o..])
+        } else {
+            Grads::Bf16(&self.g16[o..])
+        };
+        let [a, b, c] = &mut self.s32;
+        let [a16, b16, c16] = &mut self.s16;
+        fn mk<'a>(k: u8, o: usize, f: &'a mut [f32], h: &'a mut [bf16]) -> State<'a> {
+            match k {
+                0 => State::F32(&mut f[o..]),
+                1 => State::Bf16(&mut h[o..], Rounding::NearestEven),
+                _ => State::Bf16(&mut h[o..], Rounding::Stochastic),
+            }
+        }
+        let states = [
+            mk(self.sk[0], o, a, a16),
+            mk(self.sk[1], o, b, b16),
+            mk(self.sk[2], o, c, c16),
+        ];
+        (weights, grads, states)
+    }
+
+    fn bits(&self) -> Vec<u32> {
+        let mut b: Vec<u32> = self.w32.iter().map(|x| x.to_bits()).collect();
+        let b16 = |v: &Vec<bf16>| v.iter().map(|x| u32::from(x.to_bits())).collect::<Vec<_>>();
+        b.extend(b16(&self.top));
+        b.extend(self.trail.iter().map(|&x| u32::from(x)));
+        for i in 0..3 {
+            b.extend(self.s32[i].iter().map(|x| x.to_bits()));
+            b.extend(b16(&self.s16[i]));
+        }
+        b
+    }
+}
+
+fn sgd(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
+    let data = tensor(u)?;
+    let cfg = SgdConfig {
+        lr: hyper(u, &[1e-3, 0.1, 1.0])?,
+        momentum: hyper(u, &[0.0, 0.9, 0.5])?,
+        dampening: hyper(u, &[0.0, 0.1])?,
+        weight_decay: hyper(u, &[0.0, 1e-4, 0.1])?,
+        nesterov: bool::arbitrary(u)?,
+        maximize: bool::arbitrary(u)?,
+    };
+    let give_buffer = bool::arbitrary(u)?;
+    let c = data.c;
+    Ok(compare(
+        &(&cfg, give_buffer, c),
+        &data,
+        TensorData::bits,
+        |e, d| {
+            let (weights, grads, [m, _, _]) = d.views();
+            let momentum = give_buffer.then_some(m);
+            e.sgd_step(
+                &cfg,
+                &c.ctx,
+                &mut SgdTensor {
+                    weights,
+                    grads,
+                    momentum,
+                    stream: c.stream,
+                },
+            )
+        },
+    ))
+}
+
+fn adagrad(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
+    let data = tensor(u)?;
+    let cfg = AdagradConfig {
+        lr: hyper(u, &[1e-2, 0.1])?,
+        lr_decay: hyper(u, &[0.0, 0.01])?,
+        weight_decay: hyper(u, &[0.0, 1e-4])?,
+        eps: hyper(u, &[1e-10, 1e-6])?,
+        initial_accumulator_value: hyper(u, &[0.0, 0.1])?,
+        maximize: bool::arbitrary(u)?,
+    };
+    let c = data.c;
+    Ok(compare(&(&cfg, c), &data, TensorData::bits, |e, d| {
+        let (weights, grads, [_, sum, _]) = d.views();
+        e.adagrad_step(
+            &cfg,
+            &c.ctx,
+            &mut AdagradTensor {
+                weights,
+                grads,
+                sum,
+                stream: c.stream,
+            },
+        )
+    }))
+}
+
+fn adam(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
+    let data = tensor(u)?;
+    let cfg = AdamConfig {
+        lr: hyper(u, &[1e-3, 1e-2])?,
+        beta1: hyper(u, &[0.9, 0.0, 0.5])?,
+        beta2: hyper(u, &[0.999, 0.0, 0.95])?,
+        eps: hyper(u, &[1e-8, 1e-6])?,
+        weight_decay: hyper(u, &[0.0, 0.01, 0.1])?,
+        decoupled_weight_decay: bool::arbitrary(u)?,
+        amsgrad: bool::arbitrary(u)?,
+        maximize: bool::arbitrary(u)?,
+    };
+    let give_max = bool::arbitrary(u)?;
+    let c = data.c;
+    Ok(compare(
+        &(&cfg, give_max, c),
+        &data,
+        TensorData::bits,
+        |e, d| {
+            let (weights, grads, [m, v, x]) = d.views();
+            let max_exp_avg_sq = give_max.then_some(x);
+            e.adam_step(
+                &cfg,
+                &c.ctx,
+                &mut AdamTensor {
+                    weights,
+                    grads,
+                    exp_avg: m,
+                    exp_avg_sq: v,
+                    max_exp_avg_sq,
+                    stream: c.stream,
+                },
+            )
+        },
+    ))
+}
+
+fn lamb(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
+    let data = tensor(u)?;
+    let cfg = LambConfig {
+        lr: hyper(u, &[1e-3, 1e-2])?,
+        beta1: hyper(u, &[0.9, 0.0])?,
+        beta2: hyper(u, &[0.999, 0.95])?,
+        eps: hyper(u, &[1e-6, 1e-8])?,
+        weight_decay: hyper(u, &[0.0, 0.01])?,
+        max_trust_ratio: if bool::arbitrary(u)? {
+            Some(hyper(u, &[1.0, 10.0])?)
+        } else {
+            None
+        },
+    };
+    let c = data.c;
+    Ok(compare(&(&cfg, c), &data, TensorData::bits, |e, d| {
+        let (weights, grads, [m, v, _]) = d.views();
+        e.lamb_step(
+            &cfg,
+            &c.ctx,
+            &mut LambTensor {
+                weights,
+                grads,
+                exp_avg: m,
+                exp_avg_sq: v,
+                stream: c.stream,
+            },
+        )
+    }))
+}
