@@ -143,16 +143,21 @@ fn hyper(u: &mut Unstructured<'_>, typical: &[f32]) -> AResult<f32> {
     })
 }
 
-/// Everything a case shares: sizes and RNG coordinates, some of them out of range on purpose.
+/// Everything a case shares: the slice length, its start offset into the buffers (alignment),
+/// and the RNG coordinates.
 #[derive(Clone, Copy, Debug)]
-struct Common {
-    len: usize,
-    off: usize,
-    ctx: StepContext,
-    stream: TensorStream,
+pub struct Case {
+    /// Elements in the slice.
+    pub len: usize,
+    /// Elements before the slice in each buffer.
+    pub off: usize,
+    /// Seed, step and replica.
+    pub ctx: StepContext,
+    /// Tensor id and index base.
+    pub stream: TensorStream,
 }
 
-fn common(u: &mut Unstructured<'_>) -> AResult<Common> {
+fn case(u: &mut Unstructured<'_>) -> AResult<Case> {
     let len = u.int_in_range(0usize..=520)?;
     let off = u.int_in_range(0usize..=15)?;
     let step = match u.int_in_range(0u8..=5)? {
@@ -179,7 +184,7 @@ fn common(u: &mut Unstructured<'_>) -> AResult<Common> {
         3 => u64::arbitrary(u)? % limit,
         k => [0, 1, 127, 2047][usize::from(k - 3)],
     };
-    Ok(Common {
+    Ok(Case {
         len,
         off,
         ctx: StepContext {
@@ -238,7 +243,7 @@ fn compare<D: Clone, R: PartialEq + Debug>(
 }
 
 fn philox_bits(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
-    let c = common(u)?;
+    let c = case(u)?;
     let purpose = [
         Purpose::Weights,
         Purpose::FirstMoment,
@@ -266,7 +271,7 @@ struct ConvertData {
 }
 
 fn convert(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
-    let c = common(u)?;
+    let c = case(u)?;
     let rounding = [
         Rounding::NearestEven,
         Rounding::Stochastic,
@@ -308,13 +313,11 @@ fn convert(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
     }))
 }
 
-/// One tensor in every storage format; `wk`, `gk`, `sk` pick which ones a step sees.
+/// One tensor held in every storage format; [`Kinds`] picks which ones a step sees.
 #[derive(Clone, Debug)]
-struct TensorData {
-    c: Common,
-    wk: u8,
-    gk: u8,
-    sk: [u8; 3],
+pub struct TensorData {
+    c: Case,
+    kinds: Kinds,
     w32: Vec<f32>,
     top: Vec<bf16>,
     trail: Vec<u16>,
@@ -324,85 +327,215 @@ struct TensorData {
     s16: [Vec<bf16>; 3],
 }
 
+/// Elements after each slice that no kernel may touch.
+pub const GUARD: usize = 8;
+
+/// The storage kinds of one step: weights 0 = f32, 1 = split, 2/3/4 = bf16 nearest/stochastic/
+/// toward zero; gradients 0 = f32, 1 = bf16; states 0 = f32, 1/2 = bf16 nearest/stochastic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kinds {
+    /// Weight kind, 0..=4.
+    pub w: u8,
+    /// Gradient kind, 0..=1.
+    pub g: u8,
+    /// State kinds (momentum / first moment, second moment / sum, AMSGrad max), each 0..=2.
+    pub s: [u8; 3],
+}
+
+impl Kinds {
+    /// How many combinations there are (5 x 2 x 3^3).
+    pub const COUNT: usize = 270;
+
+    /// Combination `i` of [`Kinds::COUNT`].
+    pub fn nth(i: usize) -> Kinds {
+        let i = i % Self::COUNT;
+        Kinds {
+            w: (i % 5) as u8,
+            g: (i / 5 % 2) as u8,
+            s: [(i / 10 % 3) as u8, (i / 30 % 3) as u8, (i / 90 % 3) as u8],
+        }
+    }
+}
+
+impl TensorData {
+    /// A tensor whose slice (after `case.off` leading elements) starts at global index
+    /// `case.stream.index_base`. Each value array has `case.off + case.len` elements; bf16 and
+    /// split forms are the f32 values truncated (so every kind starts from the same bits).
+    ///
+    /// Every buffer gets [`GUARD`] extra elements after the slice; they are part of
+    /// [`TensorData::bits`], so a kernel writing past the end of a slice shows up as a difference.
+    pub fn new(case: Case, kinds: Kinds, w: Vec<f32>, g: Vec<f32>, s: [Vec<f32>; 3]) -> TensorData {
+        let guard = |mut v: Vec<f32>| {
+            v.extend(std::iter::repeat_n(f32::from_bits(0x7FC0_1234), GUARD));
+            v
+        };
+        let (w, g, s) = (guard(w), guard(g), s.map(guard));
+        let bf = |v: &Vec<f32>| {
+            v.iter()
+                .map(|&x| bf16::from_bits((x.to_bits() >> 16) as u16))
+                .collect::<Vec<_>>()
+        };
+        TensorData {
+            c: case,
+            kinds,
+            top: bf(&w),
+            trail: w.iter().map(|x| x.to_bits() as u16).collect(),
+            w32: w,
+            g16: bf(&g),
+            g32: g,
+            s16: [bf(&s[0]), bf(&s[1]), bf(&s[2])],
+            s32: s,
+        }
+    }
+}
+
 fn tensor(u: &mut Unstructured<'_>) -> AResult<TensorData> {
-    let c = common(u)?;
+    let c = case(u)?;
     let n = c.len + c.off;
-    let w = values(u, n)?;
-    let g = values(u, n)?;
+    let (w, g) = (values(u, n)?, values(u, n)?);
     let s = [values(u, n)?, values(u, n)?, values(u, n)?];
-    let bf = |v: &Vec<f32>| {
-        v.iter()
-            .map(|&x| bf16::from_bits((x.to_bits() >> 16) as u16))
-            .collect::<Vec<_>>()
-    };
-    Ok(TensorData {
-        c,
-        wk: u.int_in_range(0u8..=4)?,
-        gk: u.int_in_range(0u8..=1)?,
-        sk: [
+    let kinds = Kinds {
+        w: u.int_in_range(0u8..=4)?,
+        g: u.int_in_range(0u8..=1)?,
+        s: [
             u.int_in_range(0u8..=2)?,
             u.int_in_range(0u8..=2)?,
             u.int_in_range(0u8..=2)?,
         ],
-        top: bf(&w),
-        trail: w.iter().map(|x| x.to_bits() as u16).collect(),
-        w32: w,
-        g16: bf(&g),
-        g32: g,
-        s16: [bf(&s[0]), bf(&s[1]), bf(&s[2])],
-        s32: s,
-    })
+    };
+    Ok(TensorData::new(c, kinds, w, g, s))
 }
 
 impl TensorData {
-    fn views(&mut self) -> (Weights<'_>, Grads<'_>, [State<'_>; 3]) {
-        let o = self.c.off;
+    /// Borrowed views of the buffers in this tensor's storage kinds.
+    pub fn views(&mut self) -> (Weights<'_>, Grads<'_>, [State<'_>; 3]) {
+        let (o, e) = (self.c.off, self.c.off + self.c.len);
         let rounding = [
             Rounding::NearestEven,
             Rounding::Stochastic,
             Rounding::TowardZero,
         ];
-        let weights = match self.wk {
-            0 => Weights::F32(&mut self.w32[o..]),
+        let weights = match self.kinds.w {
+            0 => Weights::F32(&mut self.w32[o..e]),
             1 => Weights::Split {
-                top: &mut self.top[o..],
-                trail: &mut self.trail[o..],
+                top: &mut self.top[o..e],
+                trail: &mut self.trail[o..e],
             },
-            k => Weights::Bf16(&mut self.top[o..], rounding[usize::from(k - 2)]),
+            k => Weights::Bf16(&mut self.top[o..e], rounding[usize::from(k - 2)]),
         };
-        let grads = if self.gk == 0 {
-            Grads::F32(&self.g32[o..])
+        let grads = if self.kinds.g == 0 {
+            Grads::F32(&self.g32[o..e])
         } else {
-            Grads::Bf16(&self.g16[o..])
+            Grads::Bf16(&self.g16[o..e])
         };
         let [a, b, c] = &mut self.s32;
         let [a16, b16, c16] = &mut self.s16;
-        fn mk<'a>(k: u8, o: usize, f: &'a mut [f32], h: &'a mut [bf16]) -> State<'a> {
+        fn mk<'a>(k: u8, o: usize, e: usize, f: &'a mut [f32], h: &'a mut [bf16]) -> State<'a> {
             match k {
-                0 => State::F32(&mut f[o..]),
-                1 => State::Bf16(&mut h[o..], Rounding::NearestEven),
-                _ => State::Bf16(&mut h[o..], Rounding::Stochastic),
+                0 => State::F32(&mut f[o..e]),
+                1 => State::Bf16(&mut h[o..e], Rounding::NearestEven),
+                _ => State::Bf16(&mut h[o..e], Rounding::Stochastic),
             }
         }
         let states = [
-            mk(self.sk[0], o, a, a16),
-            mk(self.sk[1], o, b, b16),
-            mk(self.sk[2], o, c, c16),
+            mk(self.kinds.s[0], o, e, a, a16),
+            mk(self.kinds.s[1], o, e, b, b16),
+            mk(self.kinds.s[2], o, e, c, c16),
         ];
         (weights, grads, states)
     }
 
-    fn bits(&self) -> Vec<u32> {
+    /// Every buffer's bit patterns (gradients included: they must stay untouched).
+    pub fn bits(&self) -> Vec<u32> {
         let mut b: Vec<u32> = self.w32.iter().map(|x| x.to_bits()).collect();
         let b16 = |v: &Vec<bf16>| v.iter().map(|x| u32::from(x.to_bits())).collect::<Vec<_>>();
         b.extend(b16(&self.top));
         b.extend(self.trail.iter().map(|&x| u32::from(x)));
+        b.extend(self.g32.iter().map(|x| x.to_bits()));
+        b.extend(b16(&self.g16));
         for i in 0..3 {
             b.extend(self.s32[i].iter().map(|x| x.to_bits()));
             b.extend(b16(&self.s16[i]));
         }
         b
     }
+}
+
+/// One optimizer step to compare: the configuration and which optional state buffers to pass.
+#[derive(Clone, Copy, Debug)]
+pub enum OptimizerStep {
+    /// SGD; `true` passes the momentum buffer (state slot 0).
+    Sgd(SgdConfig, bool),
+    /// Adagrad (sum in state slot 1).
+    Adagrad(AdagradConfig),
+    /// Adam / AdamW; `true` passes the AMSGrad buffer (state slot 2).
+    Adam(AdamConfig, bool),
+    /// LAMB.
+    Lamb(LambConfig),
+}
+
+impl OptimizerStep {
+    /// Runs the step on `e` over `d`'s buffers.
+    pub fn run(&self, e: Engine, d: &mut TensorData) -> crate::Result<()> {
+        let c = d.c;
+        let (weights, grads, [s0, s1, s2]) = d.views();
+        match *self {
+            OptimizerStep::Sgd(cfg, give) => e.sgd_step(
+                &cfg,
+                &c.ctx,
+                &mut SgdTensor {
+                    weights,
+                    grads,
+                    momentum: give.then_some(s0),
+                    stream: c.stream,
+                },
+            ),
+            OptimizerStep::Adagrad(cfg) => e.adagrad_step(
+                &cfg,
+                &c.ctx,
+                &mut AdagradTensor {
+                    weights,
+                    grads,
+                    sum: s1,
+                    stream: c.stream,
+                },
+            ),
+            OptimizerStep::Adam(cfg, give) => e.adam_step(
+                &cfg,
+                &c.ctx,
+                &mut AdamTensor {
+                    weights,
+                    grads,
+                    exp_avg: s0,
+                    exp_avg_sq: s1,
+                    max_exp_avg_sq: give.then_some(s2),
+                    stream: c.stream,
+                },
+            ),
+            OptimizerStep::Lamb(cfg) => e.lamb_step(
+                &cfg,
+                &c.ctx,
+                &mut LambTensor {
+                    weights,
+                    grads,
+                    exp_avg: s0,
+                    exp_avg_sq: s1,
+                    stream: c.stream,
+                },
+            ),
+        }
+    }
+}
+
+/// Runs `step` on the reference and on every other available backend, each on a fresh copy of
+/// `data`, and reports the first difference in result or in any output bit.
+pub fn compare_step(step: &OptimizerStep, data: &TensorData) -> Result<(), String> {
+    compare(
+        &(step, data.c, data.kinds),
+        data,
+        TensorData::bits,
+        |e, d| step.run(e, d),
+    )
 }
 
 fn sgd(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
@@ -415,26 +548,9 @@ fn sgd(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
         nesterov: bool::arbitrary(u)?,
         maximize: bool::arbitrary(u)?,
     };
-    let give_buffer = bool::arbitrary(u)?;
-    let c = data.c;
-    Ok(compare(
-        &(&cfg, give_buffer, c),
+    Ok(compare_step(
+        &OptimizerStep::Sgd(cfg, bool::arbitrary(u)?),
         &data,
-        TensorData::bits,
-        |e, d| {
-            let (weights, grads, [m, _, _]) = d.views();
-            let momentum = give_buffer.then_some(m);
-            e.sgd_step(
-                &cfg,
-                &c.ctx,
-                &mut SgdTensor {
-                    weights,
-                    grads,
-                    momentum,
-                    stream: c.stream,
-                },
-            )
-        },
     ))
 }
 
@@ -448,20 +564,7 @@ fn adagrad(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
         initial_accumulator_value: hyper(u, &[0.0, 0.1])?,
         maximize: bool::arbitrary(u)?,
     };
-    let c = data.c;
-    Ok(compare(&(&cfg, c), &data, TensorData::bits, |e, d| {
-        let (weights, grads, [_, sum, _]) = d.views();
-        e.adagrad_step(
-            &cfg,
-            &c.ctx,
-            &mut AdagradTensor {
-                weights,
-                grads,
-                sum,
-                stream: c.stream,
-            },
-        )
-    }))
+    Ok(compare_step(&OptimizerStep::Adagrad(cfg), &data))
 }
 
 fn adam(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
@@ -476,28 +579,9 @@ fn adam(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
         amsgrad: bool::arbitrary(u)?,
         maximize: bool::arbitrary(u)?,
     };
-    let give_max = bool::arbitrary(u)?;
-    let c = data.c;
-    Ok(compare(
-        &(&cfg, give_max, c),
+    Ok(compare_step(
+        &OptimizerStep::Adam(cfg, bool::arbitrary(u)?),
         &data,
-        TensorData::bits,
-        |e, d| {
-            let (weights, grads, [m, v, x]) = d.views();
-            let max_exp_avg_sq = give_max.then_some(x);
-            e.adam_step(
-                &cfg,
-                &c.ctx,
-                &mut AdamTensor {
-                    weights,
-                    grads,
-                    exp_avg: m,
-                    exp_avg_sq: v,
-                    max_exp_avg_sq,
-                    stream: c.stream,
-                },
-            )
-        },
     ))
 }
 
@@ -515,19 +599,5 @@ fn lamb(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
             None
         },
     };
-    let c = data.c;
-    Ok(compare(&(&cfg, c), &data, TensorData::bits, |e, d| {
-        let (weights, grads, [m, v, _]) = d.views();
-        e.lamb_step(
-            &cfg,
-            &c.ctx,
-            &mut LambTensor {
-                weights,
-                grads,
-                exp_avg: m,
-                exp_avg_sq: v,
-                stream: c.stream,
-            },
-        )
-    }))
+    Ok(compare_step(&OptimizerStep::Lamb(cfg), &data))
 }

@@ -5,11 +5,11 @@
 
 mod common;
 use common::rng;
+use halfstep::fuzzing::{Case, Kinds, OptimizerStep, TensorData, compare_step};
 use halfstep::rng::Purpose;
 use halfstep::{
-    AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Backend, Engine, Grads, LambConfig,
-    LambTensor, Replica, Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Weights,
-    bf16, f16,
+    AdagradConfig, AdamConfig, Backend, Engine, LambConfig, Replica, Rounding, SgdConfig,
+    StepContext, TensorStream, bf16, f16,
 };
 use rand_core::Rng;
 use std::sync::Once;
@@ -118,15 +118,6 @@ impl<T: Copy + Default> Padded<T> {
 
 fn to_bf16(xs: &[f32]) -> Vec<bf16> {
     xs.iter().map(|&x| bf16::from_f32(x)).collect()
-}
-
-/// What one agreement case varies.
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    len: usize,
-    off: usize,
-    ctx: StepContext,
-    stream: TensorStream,
 }
 
 /// Cases: every length 0..=400, with the start offset, index base, seed, step, stream and replica
@@ -350,190 +341,27 @@ fn every_f32_bf16_and_f16_pattern_class_agrees_on_dense_sweeps() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Optimizers
+// Optimizers, through the same comparison the fuzzers use (`halfstep::fuzzing::compare_step`):
+// every buffer's bits, guard elements after each slice and the gradients included.
 
-/// Weight kinds x gradient kinds x state kinds, enumerated by index.
-const W_KINDS: usize = 5; // f32, split, bf16 nearest, bf16 SR, bf16 toward zero
-const S_KINDS: usize = 3; // f32, bf16 nearest, bf16 SR
-
-/// One tensor's data in every storage format, padded.
-#[derive(Clone, Debug)]
-struct Data {
-    wk: usize,
-    gk: usize,
-    sk: [usize; 3],
-    w32: Padded<f32>,
-    top: Padded<bf16>,
-    trail: Padded<u16>,
-    g32: Padded<f32>,
-    g16: Padded<bf16>,
-    s32: [Padded<f32>; 3],
-    s16: [Padded<bf16>; 3],
+/// Random data for one case in storage combination `combo` (second moments mostly >= 0).
+fn data(c: &Case, combo: usize) -> TensorData {
+    let mut r = rng(0xDA7A ^ (c.len as u64) << 8 ^ combo as u64);
+    let n = c.len + c.off;
+    let w = values(&mut r, n);
+    let g = values(&mut r, n);
+    let s: [Vec<f32>; 3] = core::array::from_fn(|i| {
+        values(&mut r, n)
+            .into_iter()
+            .map(|x| if i > 0 && x.is_finite() { x.abs() } else { x })
+            .collect()
+    });
+    TensorData::new(*c, Kinds::nth(combo), w, g, s)
 }
 
-impl Data {
-    fn new(c: &Case, combo: usize) -> Data {
-        let mut r = rng(0xDA7A ^ (c.len as u64) << 8 ^ combo as u64);
-        let (n, off) = (c.len, c.off);
-        let w = values(&mut r, n);
-        let g = values(&mut r, n);
-        // States: mostly plausible (second moments >= 0), with the same specials mixed in.
-        let s: [Vec<f32>; 3] = core::array::from_fn(|i| {
-            values(&mut r, n)
-                .into_iter()
-                .map(|x| if i > 0 && x.is_finite() { x.abs() } else { x })
-                .collect()
-        });
-        Data {
-            wk: combo % W_KINDS,
-            gk: (combo / W_KINDS) % 2,
-            sk: [
-                (combo / 10) % S_KINDS,
-                (combo / 30) % S_KINDS,
-                (combo / 10 + 1) % S_KINDS,
-            ],
-            w32: Padded::new(&w, off),
-            top: Padded::new(
-                &w.iter()
-                    .map(|x| bf16::from_bits((x.to_bits() >> 16) as u16))
-                    .collect::<Vec<_>>(),
-                off,
-            ),
-            trail: Padded::new(
-                &w.iter().map(|x| x.to_bits() as u16).collect::<Vec<_>>(),
-                off,
-            ),
-            g32: Padded::new(&g, off),
-            g16: Padded::new(&to_bf16(&g), off),
-            s32: s.clone().map(|v| Padded::new(&v, off)),
-            s16: s.map(|v| Padded::new(&to_bf16(&v), off)),
-        }
-    }
-
-    /// The bit patterns of every buffer, padding included: (weights and grads, states).
-    fn bits(&self) -> ([Vec<u32>; 5], [Vec<u32>; 6]) {
-        let b32 = |p: &Padded<f32>| bits32(&p.buf);
-        let b16 = |p: &Padded<bf16>| {
-            p.buf
-                .iter()
-                .map(|x| u32::from(x.to_bits()))
-                .collect::<Vec<u32>>()
-        };
-        (
-            [
-                b32(&self.w32),
-                b16(&self.top),
-                self.trail.buf.iter().map(|&x| u32::from(x)).collect(),
-                b32(&self.g32),
-                b16(&self.g16),
-            ],
-            [
-                b32(&self.s32[0]),
-                b32(&self.s32[1]),
-                b32(&self.s32[2]),
-                b16(&self.s16[0]),
-                b16(&self.s16[1]),
-                b16(&self.s16[2]),
-            ],
-        )
-    }
-
-    /// Borrowed views of every buffer in this data's storage kinds.
-    fn views(&mut self) -> (Weights<'_>, Grads<'_>, [State<'_>; 3]) {
-        let Data {
-            wk,
-            gk,
-            sk,
-            w32,
-            top,
-            trail,
-            g32,
-            g16,
-            s32,
-            s16,
-        } = self;
-        let rounding = [
-            Rounding::NearestEven,
-            Rounding::Stochastic,
-            Rounding::TowardZero,
-        ];
-        let weights = match *wk {
-            0 => Weights::F32(w32.m()),
-            1 => Weights::Split {
-                top: top.m(),
-                trail: trail.m(),
-            },
-            k => Weights::Bf16(top.m(), rounding[k - 2]),
-        };
-        let grads = if *gk == 0 {
-            Grads::F32(g32.s())
-        } else {
-            Grads::Bf16(g16.s())
-        };
-        let [a, b, c] = s32;
-        let [a16, b16, c16] = s16;
-        fn state<'a>(k: usize, f: &'a mut Padded<f32>, h: &'a mut Padded<bf16>) -> State<'a> {
-            match k {
-                0 => State::F32(f.m()),
-                1 => State::Bf16(h.m(), Rounding::NearestEven),
-                _ => State::Bf16(h.m(), Rounding::Stochastic),
-            }
-        }
-        let states = [
-            state(sk[0], a, a16),
-            state(sk[1], b, b16),
-            state(sk[2], c, c16),
-        ];
-        (weights, grads, states)
-    }
-}
-
-const COMBOS: usize = W_KINDS * 2 * S_KINDS * S_KINDS;
-
-/// Runs `step` on the reference and on every backend from the same data and compares everything.
-fn agree<R: PartialEq + std::fmt::Debug>(
-    what: &str,
-    c: &Case,
-    combo: usize,
-    step: impl Fn(Engine, &mut Data) -> R,
-) {
-    let mut want_data = Data::new(c, combo);
-    let want = step(reference(), &mut want_data);
-    for e in backends() {
-        let mut data = Data::new(c, combo);
-        let got = step(e, &mut data);
-        assert_eq!(
-            got,
-            want,
-            "{what}: result differs on {:?}, {c:?}, combo {combo}",
-            e.backend()
-        );
-        let (g, w) = (data.bits(), want_data.bits());
-        for (i, name) in [
-            "f32 weights",
-            "bf16 weights/top",
-            "trail",
-            "grads f32",
-            "grads bf16",
-        ]
-        .iter()
-        .enumerate()
-        {
-            assert_eq!(
-                g.0[i],
-                w.0[i],
-                "{what}: {name} differ on {:?}, {c:?}, combo {combo}",
-                e.backend()
-            );
-        }
-        for i in 0..6 {
-            assert_eq!(
-                g.1[i],
-                w.1[i],
-                "{what}: state buffer {i} differs on {:?}, {c:?}, combo {combo}",
-                e.backend()
-            );
-        }
+fn agree(step: OptimizerStep, c: &Case, combo: usize) {
+    if let Err(m) = compare_step(&step, &data(c, combo)) {
+        panic!("combo {combo}: {m}");
     }
 }
 
@@ -638,32 +466,19 @@ fn lamb_configs() -> Vec<LambConfig> {
     ]
 }
 
-/// Every case, with the storage combination cycling over all `COMBOS`.
+/// Every case, with the storage combination cycling over all of them.
 fn optimizer_cases() -> impl Iterator<Item = (Case, usize)> {
     cases()
         .into_iter()
         .enumerate()
-        .map(|(i, c)| (c, (i * 7) % COMBOS))
+        .map(|(i, c)| (c, (i * 7) % Kinds::COUNT))
 }
 
 #[test]
 fn sgd_agrees() {
     for (c, combo) in optimizer_cases() {
         for cfg in sgd_configs() {
-            agree("sgd", &c, combo, |e, d| {
-                let (weights, grads, [m, _, _]) = d.views();
-                let momentum = (cfg.momentum != 0.0).then_some(m);
-                e.sgd_step(
-                    &cfg,
-                    &c.ctx,
-                    &mut SgdTensor {
-                        weights,
-                        grads,
-                        momentum,
-                        stream: c.stream,
-                    },
-                )
-            });
+            agree(OptimizerStep::Sgd(cfg, cfg.momentum != 0.0), &c, combo);
         }
     }
 }
@@ -672,19 +487,7 @@ fn sgd_agrees() {
 fn adagrad_agrees() {
     for (c, combo) in optimizer_cases() {
         for cfg in adagrad_configs() {
-            agree("adagrad", &c, combo, |e, d| {
-                let (weights, grads, [_, sum, _]) = d.views();
-                e.adagrad_step(
-                    &cfg,
-                    &c.ctx,
-                    &mut AdagradTensor {
-                        weights,
-                        grads,
-                        sum,
-                        stream: c.stream,
-                    },
-                )
-            });
+            agree(OptimizerStep::Adagrad(cfg), &c, combo);
         }
     }
 }
@@ -693,22 +496,7 @@ fn adagrad_agrees() {
 fn adam_agrees() {
     for (c, combo) in optimizer_cases() {
         for cfg in adam_configs() {
-            agree("adam", &c, combo, |e, d| {
-                let (weights, grads, [m, v, x]) = d.views();
-                let max_exp_avg_sq = cfg.amsgrad.then_some(x);
-                e.adam_step(
-                    &cfg,
-                    &c.ctx,
-                    &mut AdamTensor {
-                        weights,
-                        grads,
-                        exp_avg: m,
-                        exp_avg_sq: v,
-                        max_exp_avg_sq,
-                        stream: c.stream,
-                    },
-                )
-            });
+            agree(OptimizerStep::Adam(cfg, cfg.amsgrad), &c, combo);
         }
     }
 }
@@ -717,20 +505,7 @@ fn adam_agrees() {
 fn lamb_agrees() {
     for (c, combo) in optimizer_cases() {
         for cfg in lamb_configs() {
-            agree("lamb", &c, combo, |e, d| {
-                let (weights, grads, [m, v, _]) = d.views();
-                e.lamb_step(
-                    &cfg,
-                    &c.ctx,
-                    &mut LambTensor {
-                        weights,
-                        grads,
-                        exp_avg: m,
-                        exp_avg_sq: v,
-                        stream: c.stream,
-                    },
-                )
-            });
+            agree(OptimizerStep::Lamb(cfg), &c, combo);
         }
     }
 }
@@ -738,9 +513,19 @@ fn lamb_agrees() {
 #[test]
 #[cfg_attr(miri, ignore = "every combination: too slow under Miri")]
 fn every_storage_combination_agrees_at_awkward_lengths() {
-    // The cycling above covers each combination ~5 times; here each meets every optimizer at
+    // The cycling above covers each combination a few times; here each meets every optimizer at
     // lengths around the vector and RNG-group sizes, with an unaligned index base.
-    for combo in 0..COMBOS {
+    let sgd = SgdConfig {
+        lr: 0.05,
+        momentum: 0.9,
+        weight_decay: 0.01,
+        ..Default::default()
+    };
+    let adam = AdamConfig {
+        amsgrad: true,
+        ..AdamConfig::adamw(1e-2)
+    };
+    for combo in 0..Kinds::COUNT {
         for len in [1usize, 15, 17, 127, 129, 300] {
             let c = Case {
                 len,
@@ -751,71 +536,10 @@ fn every_storage_combination_agrees_at_awkward_lengths() {
                     index_base: 121,
                 },
             };
-            let sgd = SgdConfig {
-                lr: 0.05,
-                momentum: 0.9,
-                weight_decay: 0.01,
-                ..Default::default()
-            };
-            agree("sgd", &c, combo, |e, d| {
-                let (weights, grads, [m, _, _]) = d.views();
-                e.sgd_step(
-                    &sgd,
-                    &c.ctx,
-                    &mut SgdTensor {
-                        weights,
-                        grads,
-                        momentum: Some(m),
-                        stream: c.stream,
-                    },
-                )
-            });
-            let adam = AdamConfig {
-                amsgrad: true,
-                ..AdamConfig::adamw(1e-2)
-            };
-            agree("adam", &c, combo, |e, d| {
-                let (weights, grads, [m, v, x]) = d.views();
-                e.adam_step(
-                    &adam,
-                    &c.ctx,
-                    &mut AdamTensor {
-                        weights,
-                        grads,
-                        exp_avg: m,
-                        exp_avg_sq: v,
-                        max_exp_avg_sq: Some(x),
-                        stream: c.stream,
-                    },
-                )
-            });
-            agree("adagrad", &c, combo, |e, d| {
-                let (weights, grads, [_, sum, _]) = d.views();
-                e.adagrad_step(
-                    &AdagradConfig::default(),
-                    &c.ctx,
-                    &mut AdagradTensor {
-                        weights,
-                        grads,
-                        sum,
-                        stream: c.stream,
-                    },
-                )
-            });
-            agree("lamb", &c, combo, |e, d| {
-                let (weights, grads, [m, v, _]) = d.views();
-                e.lamb_step(
-                    &LambConfig::default(),
-                    &c.ctx,
-                    &mut LambTensor {
-                        weights,
-                        grads,
-                        exp_avg: m,
-                        exp_avg_sq: v,
-                        stream: c.stream,
-                    },
-                )
-            });
+            agree(OptimizerStep::Sgd(sgd, true), &c, combo);
+            agree(OptimizerStep::Adam(adam, true), &c, combo);
+            agree(OptimizerStep::Adagrad(AdagradConfig::default()), &c, combo);
+            agree(OptimizerStep::Lamb(LambConfig::default()), &c, combo);
         }
     }
 }
@@ -834,21 +558,8 @@ fn lamb_norms_agree_across_many_reduction_blocks() {
                 index_base: base,
             },
         };
-        for combo in [0, 3, 17, 44] {
-            agree("lamb", &c, combo, |e, d| {
-                let (weights, grads, [m, v, _]) = d.views();
-                e.lamb_step(
-                    &LambConfig::default(),
-                    &c.ctx,
-                    &mut LambTensor {
-                        weights,
-                        grads,
-                        exp_avg: m,
-                        exp_avg_sq: v,
-                        stream: c.stream,
-                    },
-                )
-            });
+        for combo in [0, 3, 17, 44, 101, 269] {
+            agree(OptimizerStep::Lamb(LambConfig::default()), &c, combo);
         }
     }
 }
