@@ -104,6 +104,15 @@ fn data(n: usize) -> Vec<f32> {
     (0..n).map(|i| ((i as f32) * 0.618).sin()).collect()
 }
 
+/// IPEX-style model state: split weights (top, trail) and bf16 gradients.
+fn split_model(n: usize) -> (Vec<bf16>, Vec<u16>, Vec<bf16>) {
+    let w = data(n);
+    let (mut top, mut trail) = (vec![bf16::ZERO; n], vec![0u16; n]);
+    halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
+    let g = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
+    (top, trail, g)
+}
+
 fn benches(c: &mut Criterion) {
     let ctx = StepContext::new(7, 3);
     let stream = TensorStream::new(1);
@@ -136,10 +145,7 @@ fn benches(c: &mut Criterion) {
 
     // IPEX's rows: split weights (top + trail), bf16 gradients, f32 state.
     group(c, "sgd_split_bf16grad_f32momentum", 10, 8, |n| {
-        let w = data(n);
-        let (mut top, mut trail) = (vec![bf16::ZERO; n], vec![0u16; n]);
-        halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
-        let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
+        let (mut top, mut trail, g) = split_model(n);
         let mut m = vec![0f32; n];
         let cfg = SgdConfig {
             lr: 1e-3,
@@ -164,10 +170,7 @@ fn benches(c: &mut Criterion) {
         })
     });
     group(c, "adagrad_split_bf16grad_f32sum", 10, 8, |n| {
-        let w = data(n);
-        let (mut top, mut trail) = (vec![bf16::ZERO; n], vec![0u16; n]);
-        halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
-        let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
+        let (mut top, mut trail, g) = split_model(n);
         let mut s = vec![0.1f32; n];
         let cfg = AdagradConfig::default();
         Box::new(move |e| {
@@ -188,10 +191,7 @@ fn benches(c: &mut Criterion) {
         })
     });
     group(c, "adam_split_bf16grad_f32state", 14, 12, |n| {
-        let w = data(n);
-        let (mut top, mut trail) = (vec![bf16::ZERO; n], vec![0u16; n]);
-        halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
-        let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
+        let (mut top, mut trail, g) = split_model(n);
         let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
         let cfg = AdamConfig::adam(1e-3);
         Box::new(move |e| {
@@ -259,10 +259,7 @@ fn benches(c: &mut Criterion) {
     });
     // LAMB reads p, g, m, v and writes m, v in pass 1, reads p, m, v and writes p in pass 2.
     group(c, "lamb_split_bf16grad_f32state", 28, 12, |n| {
-        let w = data(n);
-        let (mut top, mut trail) = (vec![bf16::ZERO; n], vec![0u16; n]);
-        halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
-        let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
+        let (mut top, mut trail, g) = split_model(n);
         let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
         let cfg = LambConfig::default();
         Box::new(move |e| {
