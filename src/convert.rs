@@ -17,10 +17,24 @@ fn check_pair(src: usize, dst: usize, dst_name: &'static str) -> Result<()> {
     check_len(dst_name, src, dst)
 }
 
-fn check_narrow(src: usize, dst: usize, ctx: &StepContext, stream: &TensorStream) -> Result<()> {
-    check_pair(src, dst, "dst")?;
-    stream.check(src)?;
-    ctx.replica.slot().map(|_| ())
+/// The kernel signature shared by the two narrowing conversions.
+type NarrowKernel = fn(&[f32], &mut [u16], Rounding, &crate::reference::philox::BitsCoord, u64);
+
+/// Validates, then runs a narrowing kernel into `dst` (the 16-bit patterns).
+fn narrow(
+    kernel: NarrowKernel,
+    src: &[f32],
+    dst: &mut [u16],
+    rounding: Rounding,
+    ctx: &StepContext,
+    stream: &TensorStream,
+) -> Result<()> {
+    check_pair(src.len(), dst.len(), "dst")?;
+    stream.check(src.len())?;
+    ctx.replica.slot()?;
+    let c = coord(ctx, stream, Purpose::Weights);
+    kernel(src, dst, rounding, &c, stream.index_base);
+    Ok(())
 }
 
 impl Engine {
@@ -33,16 +47,14 @@ impl Engine {
         ctx: &StepContext,
         stream: &TensorStream,
     ) -> Result<()> {
-        check_narrow(src.len(), dst.len(), ctx, stream)?;
-        let c = coord(ctx, stream, Purpose::Weights);
-        (self.k.f32_to_bf16)(
+        narrow(
+            self.k.f32_to_bf16,
             src,
             dst.reinterpret_cast_mut(),
             rounding,
-            &c,
-            stream.index_base,
-        );
-        Ok(())
+            ctx,
+            stream,
+        )
     }
 
     /// f32 -> f16 with the given rounding, gradual underflow included (SPEC.md §4.3).
@@ -54,16 +66,14 @@ impl Engine {
         ctx: &StepContext,
         stream: &TensorStream,
     ) -> Result<()> {
-        check_narrow(src.len(), dst.len(), ctx, stream)?;
-        let c = coord(ctx, stream, Purpose::Weights);
-        (self.k.f32_to_f16)(
+        narrow(
+            self.k.f32_to_f16,
             src,
             dst.reinterpret_cast_mut(),
             rounding,
-            &c,
-            stream.index_base,
-        );
-        Ok(())
+            ctx,
+            stream,
+        )
     }
 
     /// bf16 -> f32 (exact).
