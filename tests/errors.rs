@@ -2,6 +2,8 @@
 
 mod common;
 use common::*;
+use halfstep::Engine;
+use halfstep::fuzzing::{Case, Kinds, OptimizerStep, TensorData};
 use halfstep::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Checkpoint, Error, Grads, LambConfig,
     LambTensor, Optimizer, Replica, Rounding, SgdConfig, SgdTensor, State, StepContext,
@@ -156,6 +158,53 @@ fn empty() {
     assert_eq!(convert::bf16_to_f32(&[], &mut out), Err(Error::Empty));
 }
 
+/// Storage kinds for the hyperparameter tests: bf16-SR weights with a bf16-SR momentum buffer
+/// (SGD), all f32, and split weights.
+const SGD_KINDS: Kinds = Kinds {
+    w: 3,
+    g: 0,
+    s: [2, 0, 0],
+};
+const F32_KINDS: Kinds = Kinds {
+    w: 0,
+    g: 0,
+    s: [0, 0, 0],
+};
+const SPLIT_KINDS: Kinds = Kinds {
+    w: 1,
+    g: 0,
+    s: [2, 0, 0],
+};
+
+/// `step` must fail with an invalid `name` and leave every buffer (of `kinds`) bit-for-bit unchanged.
+fn rejects(step: OptimizerStep, kinds: Kinds, name: &str) {
+    let case = Case {
+        len: 8,
+        off: 0,
+        ctx: ctx(),
+        stream: TensorStream::new(0),
+    };
+    let vals = |k: f32| {
+        (0..8)
+            .map(|i| 0.1 + k + 0.1 * i as f32)
+            .collect::<Vec<f32>>()
+    };
+    let data = TensorData::new(
+        case,
+        kinds,
+        vals(0.0),
+        vals(-0.5),
+        [vals(0.0), vals(0.2), vals(0.4)],
+    );
+    let mut d = data.clone();
+    let err = step.run(Engine::global().unwrap(), &mut d).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidHyperparameter { name: n, .. } if n == name),
+        "{step:?}: {err}"
+    );
+    assert_eq!(d.bits(), data.bits(), "{step:?}: buffers changed on error");
+}
+
 #[test]
 fn invalid_hyperparameters_for_every_optimizer() {
     let nan = f32::NAN;
@@ -213,21 +262,11 @@ fn invalid_hyperparameters_for_every_optimizer() {
         ),
     ];
     for (cfg, name) in bad_sgd {
-        let mut b = bufs(8, WKind::Bf16(Rounding::Stochastic));
-        let before = b.clone();
-        let momentum = (cfg.momentum != 0.0).then(|| b.m.view());
-        let mut t = SgdTensor {
-            weights: b.w.view(),
-            grads: Grads::F32(&b.g),
-            momentum,
-            stream: TensorStream::new(0),
-        };
-        let err = sgd_step(&cfg, &ctx(), &mut t).unwrap_err();
-        assert!(
-            matches!(err, Error::InvalidHyperparameter { name: n, .. } if n == name),
-            "{cfg:?}: {err}"
+        rejects(
+            OptimizerStep::Sgd(cfg, cfg.momentum != 0.0),
+            SGD_KINDS,
+            name,
         );
-        assert_eq!(b, before);
         assert!(
             Optimizer::new(cfg, 0).is_err(),
             "Optimizer::new must validate too"
@@ -266,20 +305,7 @@ fn invalid_hyperparameters_for_every_optimizer() {
         ),
     ];
     for (cfg, name) in bad_adagrad {
-        let mut b = bufs(8, WKind::F32);
-        let before = b.clone();
-        let mut t = AdagradTensor {
-            weights: b.w.view(),
-            grads: Grads::F32(&b.g),
-            sum: b.v.view(),
-            stream: TensorStream::new(0),
-        };
-        let err = adagrad_step(&cfg, &ctx(), &mut t).unwrap_err();
-        assert!(
-            matches!(err, Error::InvalidHyperparameter { name: n, .. } if n == name),
-            "{cfg:?}: {err}"
-        );
-        assert_eq!(b, before);
+        rejects(OptimizerStep::Adagrad(cfg), F32_KINDS, name);
         assert!(cfg.init_sum(&mut State::F32(&mut [1.0])).is_err());
     }
 
@@ -309,27 +335,7 @@ fn invalid_hyperparameters_for_every_optimizer() {
             "weight_decay",
         ),
     ] {
-        let mut b = bufs(8, WKind::Split);
-        let g = b.g.clone();
-        let err = Error::InvalidHyperparameter {
-            name,
-            value: 0.0,
-            expected: "",
-        };
-        let mut t = AdamTensor {
-            weights: b.w.view(),
-            grads: Grads::F32(&g),
-            exp_avg: b.m.view(),
-            exp_avg_sq: b.v.view(),
-            max_exp_avg_sq: None,
-            stream: TensorStream::new(0),
-        };
-        let got = adam_step(&cfg, &ctx(), &mut t).unwrap_err();
-        assert!(
-            matches!(got, Error::InvalidHyperparameter { name: n, .. } if n == name),
-            "{cfg:?}: {got} (wanted {err:?})"
-        );
-        assert_eq!(b, bufs(8, WKind::Split));
+        rejects(OptimizerStep::Adam(cfg, false), SPLIT_KINDS, name);
     }
 
     let lamb = LambConfig::default();
@@ -357,21 +363,7 @@ fn invalid_hyperparameters_for_every_optimizer() {
             "lr",
         ),
     ] {
-        let mut b = bufs(8, WKind::F32);
-        let before = b.clone();
-        let mut t = LambTensor {
-            weights: b.w.view(),
-            grads: Grads::F32(&b.g),
-            exp_avg: b.m.view(),
-            exp_avg_sq: b.v.view(),
-            stream: TensorStream::new(0),
-        };
-        let got = lamb_step(&cfg, &ctx(), &mut t).unwrap_err();
-        assert!(
-            matches!(got, Error::InvalidHyperparameter { name: n, .. } if n == name),
-            "{cfg:?}: {got}"
-        );
-        assert_eq!(b, before);
+        rejects(OptimizerStep::Lamb(cfg), F32_KINDS, name);
     }
 }
 
