@@ -136,7 +136,8 @@ pub(crate) struct Kernels {
     pub sgd: fn(&SgdConsts, &StepContext, &mut SgdTensor<'_>),
     pub adagrad: fn(&AdagradConsts, &StepContext, &mut AdagradTensor<'_>),
     pub adam: fn(&AdamConsts, &StepContext, &mut AdamTensor<'_>),
-    pub lamb: fn(&LambConsts, &StepContext, &mut LambTensor<'_>),
+    pub lamb_pass1: fn(&LambConsts, &StepContext, &mut LambTensor<'_>, &mut [[f64; 2]]),
+    pub lamb_pass2: fn(&LambConsts, &StepContext, &mut LambTensor<'_>, f32),
 }
 
 /// A chosen backend; every operation of the crate is available on it. Cheap to copy.
@@ -251,7 +252,8 @@ mod reference {
         sgd: crate::reference::sgd::step,
         adagrad: crate::reference::adagrad::step,
         adam: crate::reference::adam::step,
-        lamb: crate::reference::lamb::step,
+        lamb_pass1: crate::reference::lamb::pass1_blocks,
+        lamb_pass2: crate::reference::lamb::pass2,
     };
 }
 
@@ -304,8 +306,12 @@ macro_rules! simd_backend {
                 unsafe { kernels::optim::adam::<$V>(c, x, t) }
             }
             $(#[target_feature(enable = $features)])?
-            unsafe fn lamb(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>) {
-                unsafe { kernels::optim::lamb::<$V>(c, x, t) }
+            unsafe fn lamb_pass1(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]]) {
+                unsafe { kernels::optim::lamb_pass1::<$V>(c, x, t, o) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn lamb_pass2(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32) {
+                unsafe { kernels::optim::lamb_pass2::<$V>(c, x, t, r) }
             }
 
             // SAFETY (every entry): `Backend::kernels` hands this table out only after
@@ -321,7 +327,8 @@ macro_rules! simd_backend {
                 sgd: |c, x, t| unsafe { sgd(c, x, t) },
                 adagrad: |c, x, t| unsafe { adagrad(c, x, t) },
                 adam: |c, x, t| unsafe { adam(c, x, t) },
-                lamb: |c, x, t| unsafe { lamb(c, x, t) },
+                lamb_pass1: |c, x, t, o| unsafe { lamb_pass1(c, x, t, o) },
+                lamb_pass2: |c, x, t, r| unsafe { lamb_pass2(c, x, t, r) },
             };
         }
     };

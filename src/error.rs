@@ -10,6 +10,13 @@ use core::fmt;
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Error {
+    /// A LAMB workspace too small for the group (see `LambWorkspace::for_tensors`).
+    WorkspaceTooSmall {
+        /// Norm blocks the group needs.
+        blocks: usize,
+        /// Tensors in the group.
+        tensors: usize,
+    },
     /// A buffer's length differs from the weights' (or source's) length.
     LengthMismatch {
         /// Which buffer.
@@ -117,6 +124,10 @@ impl fmt::Display for Error {
                 f,
                 "unknown backend {name:?} (expected one of reference, portable, avx2, avx512, neon, auto)"
             ),
+            Error::WorkspaceTooSmall { blocks, tensors } => write!(
+                f,
+                "LAMB workspace too small: the group needs {blocks} norm blocks and {tensors} tensors (LambWorkspace::for_tensors)"
+            ),
             Error::BackendUnavailable { backend } => {
                 write!(
                     f,
@@ -167,6 +178,7 @@ enum Comparable<'a> {
     BadCheckpoint,
     UnknownBackend(&'a str),
     BackendUnavailable(crate::Backend),
+    WorkspaceTooSmall(usize, usize),
     Hyper,
 }
 
@@ -192,6 +204,9 @@ impl<'a> From<&'a Error> for Comparable<'a> {
             Error::BadCheckpoint => Comparable::BadCheckpoint,
             Error::UnknownBackend { name } => Comparable::UnknownBackend(name),
             Error::BackendUnavailable { backend } => Comparable::BackendUnavailable(*backend),
+            Error::WorkspaceTooSmall { blocks, tensors } => {
+                Comparable::WorkspaceTooSmall(*blocks, *tensors)
+            }
             Error::InvalidHyperparameter { .. } => Comparable::Hyper,
         }
     }

@@ -10,11 +10,13 @@
 use crate::rng::Purpose;
 use crate::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Backend, Engine, Grads, LambConfig,
-    LambTensor, Replica, Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Weights,
-    bf16, f16,
+    LambTensor, Replica, Rounding, SgdConfig, SgdTensor, State, Step, StepContext, TensorStream,
+    Threads, Weights, bf16, f16,
 };
 use arbitrary::{Arbitrary, Result as AResult, Unstructured};
 use core::fmt::Debug;
+use rayon_core::ThreadPool;
+use std::sync::{Arc, OnceLock};
 
 /// A kernel family with its own fuzz target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,16 +33,19 @@ pub enum Target {
     Adam,
     /// LAMB.
     Lamb,
+    /// A group of tensors (any optimizer) stepped in one call on thread pools of several sizes.
+    Group,
 }
 
 /// Every target.
-pub const TARGETS: [Target; 6] = [
+pub const TARGETS: [Target; 7] = [
     Target::PhiloxBits,
     Target::Convert,
     Target::Sgd,
     Target::Adagrad,
     Target::Adam,
     Target::Lamb,
+    Target::Group,
 ];
 
 impl Target {
@@ -53,6 +58,7 @@ impl Target {
             Target::Adagrad => "adagrad",
             Target::Adam => "adam",
             Target::Lamb => "lamb",
+            Target::Group => "group",
         }
     }
 }
@@ -68,6 +74,7 @@ pub fn check(target: Target, data: &[u8]) -> Result<(), String> {
         Target::Adagrad => adagrad(&mut u),
         Target::Adam => adam(&mut u),
         Target::Lamb => lamb(&mut u),
+        Target::Group => group(&mut u),
     };
     match r {
         Ok(r) => r,
@@ -157,8 +164,8 @@ pub struct Case {
     pub stream: TensorStream,
 }
 
-fn case(u: &mut Unstructured<'_>) -> AResult<Case> {
-    let len = u.int_in_range(0usize..=520)?;
+fn case(u: &mut Unstructured<'_>, max_len: usize) -> AResult<Case> {
+    let len = u.int_in_range(0usize..=max_len)?;
     let off = u.int_in_range(0usize..=15)?;
     let step = match u.int_in_range(0u8..=5)? {
         0 => 0,
@@ -243,7 +250,7 @@ fn compare<D: Clone, R: PartialEq + Debug>(
 }
 
 fn philox_bits(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
-    let c = case(u)?;
+    let c = case(u, 520)?;
     let purpose = [
         Purpose::Weights,
         Purpose::FirstMoment,
@@ -271,7 +278,7 @@ struct ConvertData {
 }
 
 fn convert(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
-    let c = case(u)?;
+    let c = case(u, 520)?;
     let rounding = [
         Rounding::NearestEven,
         Rounding::Stochastic,
@@ -389,8 +396,8 @@ impl TensorData {
     }
 }
 
-fn tensor(u: &mut Unstructured<'_>) -> AResult<TensorData> {
-    let c = case(u)?;
+fn tensor(u: &mut Unstructured<'_>, max_len: usize) -> AResult<TensorData> {
+    let c = case(u, max_len)?;
     let n = c.len + c.off;
     let (w, g) = (values(u, n)?, values(u, n)?);
     let s = [values(u, n)?, values(u, n)?, values(u, n)?];
@@ -527,6 +534,87 @@ impl OptimizerStep {
     }
 }
 
+impl OptimizerStep {
+    /// Runs the step as one group call over all of `ds` (with `ds[0]`'s seed, step and replica)
+    /// on `e` and `threads`, with a fresh workspace.
+    pub fn run_group(
+        &self,
+        e: Engine,
+        ds: &mut [TensorData],
+        threads: &Threads,
+    ) -> crate::Result<()> {
+        fn group<C: Step>(
+            e: Engine,
+            cfg: &C,
+            ctx: &StepContext,
+            mut ts: Vec<C::Tensor<'_>>,
+            threads: &Threads,
+        ) -> crate::Result<()> {
+            let mut ws = C::Workspace::default();
+            C::reserve(&mut ws, &ts);
+            e.step_group(cfg, ctx, &mut ts, &mut ws, threads)
+        }
+        let Some(first) = ds.first() else {
+            return Ok(());
+        };
+        let ctx = first.c.ctx;
+        let parts = ds.iter_mut().map(|d| {
+            let stream = d.c.stream;
+            let (w, g, s) = d.views();
+            (w, g, s, stream)
+        });
+        match *self {
+            OptimizerStep::Sgd(cfg, give) => {
+                let ts = parts
+                    .map(|(weights, grads, [s0, ..], stream)| SgdTensor {
+                        weights,
+                        grads,
+                        momentum: give.then_some(s0),
+                        stream,
+                    })
+                    .collect();
+                group(e, &cfg, &ctx, ts, threads)
+            }
+            OptimizerStep::Adagrad(cfg) => {
+                let ts = parts
+                    .map(|(weights, grads, [_, sum, _], stream)| AdagradTensor {
+                        weights,
+                        grads,
+                        sum,
+                        stream,
+                    })
+                    .collect();
+                group(e, &cfg, &ctx, ts, threads)
+            }
+            OptimizerStep::Adam(cfg, give) => {
+                let ts = parts
+                    .map(|(weights, grads, [s0, s1, s2], stream)| AdamTensor {
+                        weights,
+                        grads,
+                        exp_avg: s0,
+                        exp_avg_sq: s1,
+                        max_exp_avg_sq: give.then_some(s2),
+                        stream,
+                    })
+                    .collect();
+                group(e, &cfg, &ctx, ts, threads)
+            }
+            OptimizerStep::Lamb(cfg) => {
+                let ts = parts
+                    .map(|(weights, grads, [s0, s1, _], stream)| LambTensor {
+                        weights,
+                        grads,
+                        exp_avg: s0,
+                        exp_avg_sq: s1,
+                        stream,
+                    })
+                    .collect();
+                group(e, &cfg, &ctx, ts, threads)
+            }
+        }
+    }
+}
+
 /// Runs `step` on the reference and on every other available backend, each on a fresh copy of
 /// `data`, and reports the first difference in result or in any output bit.
 pub fn compare_step(step: &OptimizerStep, data: &TensorData) -> Result<(), String> {
@@ -539,7 +627,11 @@ pub fn compare_step(step: &OptimizerStep, data: &TensorData) -> Result<(), Strin
 }
 
 fn sgd(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
-    let data = tensor(u)?;
+    let data = tensor(u, 520)?;
+    Ok(compare_step(&sgd_step(u)?, &data))
+}
+
+fn sgd_step(u: &mut Unstructured<'_>) -> AResult<OptimizerStep> {
     let cfg = SgdConfig {
         lr: hyper(u, &[1e-3, 0.1, 1.0])?,
         momentum: hyper(u, &[0.0, 0.9, 0.5])?,
@@ -548,14 +640,15 @@ fn sgd(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
         nesterov: bool::arbitrary(u)?,
         maximize: bool::arbitrary(u)?,
     };
-    Ok(compare_step(
-        &OptimizerStep::Sgd(cfg, bool::arbitrary(u)?),
-        &data,
-    ))
+    Ok(OptimizerStep::Sgd(cfg, bool::arbitrary(u)?))
 }
 
 fn adagrad(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
-    let data = tensor(u)?;
+    let data = tensor(u, 520)?;
+    Ok(compare_step(&adagrad_step(u)?, &data))
+}
+
+fn adagrad_step(u: &mut Unstructured<'_>) -> AResult<OptimizerStep> {
     let cfg = AdagradConfig {
         lr: hyper(u, &[1e-2, 0.1])?,
         lr_decay: hyper(u, &[0.0, 0.01])?,
@@ -564,11 +657,15 @@ fn adagrad(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
         initial_accumulator_value: hyper(u, &[0.0, 0.1])?,
         maximize: bool::arbitrary(u)?,
     };
-    Ok(compare_step(&OptimizerStep::Adagrad(cfg), &data))
+    Ok(OptimizerStep::Adagrad(cfg))
 }
 
 fn adam(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
-    let data = tensor(u)?;
+    let data = tensor(u, 520)?;
+    Ok(compare_step(&adam_step(u)?, &data))
+}
+
+fn adam_step(u: &mut Unstructured<'_>) -> AResult<OptimizerStep> {
     let cfg = AdamConfig {
         lr: hyper(u, &[1e-3, 1e-2])?,
         beta1: hyper(u, &[0.9, 0.0, 0.5])?,
@@ -579,14 +676,15 @@ fn adam(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
         amsgrad: bool::arbitrary(u)?,
         maximize: bool::arbitrary(u)?,
     };
-    Ok(compare_step(
-        &OptimizerStep::Adam(cfg, bool::arbitrary(u)?),
-        &data,
-    ))
+    Ok(OptimizerStep::Adam(cfg, bool::arbitrary(u)?))
 }
 
 fn lamb(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
-    let data = tensor(u)?;
+    let data = tensor(u, 520)?;
+    Ok(compare_step(&lamb_step(u)?, &data))
+}
+
+fn lamb_step(u: &mut Unstructured<'_>) -> AResult<OptimizerStep> {
     let cfg = LambConfig {
         lr: hyper(u, &[1e-3, 1e-2])?,
         beta1: hyper(u, &[0.9, 0.0])?,
@@ -599,5 +697,96 @@ fn lamb(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
             None
         },
     };
-    Ok(compare_step(&OptimizerStep::Lamb(cfg), &data))
+    Ok(OptimizerStep::Lamb(cfg))
+}
+
+/// Pools of 1 to 4 threads, made once per process.
+fn pools() -> &'static [Arc<ThreadPool>] {
+    static POOLS: OnceLock<Vec<Arc<ThreadPool>>> = OnceLock::new();
+    POOLS.get_or_init(|| {
+        (1..=4)
+            .map(|n| {
+                Arc::new(
+                    rayon_core::ThreadPoolBuilder::new()
+                        .num_threads(n)
+                        .build()
+                        .expect("a thread pool"),
+                )
+            })
+            .collect()
+    })
+}
+
+fn group(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
+    let n = u.int_in_range(1usize..=4)?;
+    let mut data = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut d = tensor(u, if i == 0 { 520 } else { 6000 })?;
+        if let Some(first) = data.first() {
+            let first: &TensorData = first;
+            d.c.ctx = first.c.ctx;
+        }
+        data.push(d);
+    }
+    let step = match u.int_in_range(0u8..=3)? {
+        0 => sgd_step(u)?,
+        1 => adagrad_step(u)?,
+        2 => adam_step(u)?,
+        _ => lamb_step(u)?,
+    };
+    let grain = [1, 3 * crate::SPLIT_ALIGN, crate::DEFAULT_GRAIN][u.choose_index(3)?];
+    Ok(compare_group(&step, &data, grain))
+}
+
+/// Steps `data` as one group on the reference on the calling thread, checks that against each
+/// tensor stepped alone, then runs every backend on pools of 1 to 4 threads with `grain` and
+/// reports the first difference in result or bits.
+pub fn compare_group(
+    step: &OptimizerStep,
+    data: &[TensorData],
+    grain: usize,
+) -> Result<(), String> {
+    let all_bits = |ds: &[TensorData]| ds.iter().flat_map(TensorData::bits).collect::<Vec<_>>();
+    let mut want_data = data.to_vec();
+    let want = step.run_group(reference(), &mut want_data, &Threads::current());
+    let want_bits = all_bits(&want_data);
+    // A group is all or nothing: accepted, it equals each tensor stepped alone; refused, it
+    // wrote nothing.
+    let mut alone = data.to_vec();
+    let alone_ok = alone
+        .iter_mut()
+        .map(|d| step.run(reference(), d))
+        .all(|r| r.is_ok());
+    match &want {
+        Ok(()) if !alone_ok => {
+            return Err(format!("group accepted, a tensor alone refused: {step:?}"));
+        }
+        Ok(()) if all_bits(&alone) != want_bits => {
+            return Err(format!(
+                "group differs from tensors stepped alone: {step:?}"
+            ));
+        }
+        Err(e) if all_bits(data) != want_bits => {
+            return Err(format!("refused group ({e}) was written: {step:?}"));
+        }
+        _ => {}
+    }
+    let mut engines = backends();
+    engines.push(reference());
+    for e in engines {
+        for (i, pool) in pools().iter().enumerate() {
+            let mut d = data.to_vec();
+            let got = step.run_group(e, &mut d, &Threads::pool(pool.clone()).with_grain(grain));
+            let got_bits = all_bits(&d);
+            if got != want || got_bits != want_bits {
+                let at = got_bits.iter().zip(&want_bits).position(|(a, b)| a != b);
+                return Err(format!(
+                    "{} on {} threads, grain {grain}: result {got:?} (reference {want:?}), first different word {at:?}\nstep: {step:?}",
+                    e.backend(),
+                    i + 1
+                ));
+            }
+        }
+    }
+    Ok(())
 }

@@ -40,6 +40,7 @@ mod error;
 pub mod fuzzing;
 mod kernels;
 pub mod optim;
+mod parallel;
 pub mod reference;
 pub mod rng;
 mod storage;
@@ -48,8 +49,10 @@ pub use dispatch::{ALL_BACKENDS, BACKEND_ENV, Backend, Engine};
 pub use error::{Error, Result};
 pub use optim::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Checkpoint, LambConfig, LambTensor,
-    Optimizer, SgdConfig, SgdTensor, adagrad_step, adam_step, lamb_step, sgd_step,
+    LambWorkspace, Optimizer, SgdConfig, SgdTensor, Step, adagrad_step, adam_step, lamb_step,
+    sgd_step,
 };
+pub use parallel::{DEFAULT_GRAIN, SPLIT_ALIGN, Threads};
 pub use rng::{PhiloxRng, Purpose, Replica, StepContext, TensorStream};
 pub use storage::{Grads, Rounding, State, Weights};
 

@@ -92,6 +92,15 @@ impl TensorStream {
         TensorStream { id, index_base: 0 }
     }
 
+    /// The stream of the elements from local index `mid` on (same id, `index_base + mid`): the
+    /// right half of a split tensor draws exactly the bits it drew as part of the whole.
+    pub fn offset(&self, mid: usize) -> TensorStream {
+        TensorStream {
+            id: self.id,
+            index_base: self.index_base + mid as u64,
+        }
+    }
+
     /// Checks that the id fits and that `len` elements from `index_base` stay in the index range.
     pub(crate) fn check(&self, len: usize) -> Result<()> {
         if self.id > MAX_STREAM {

@@ -112,6 +112,101 @@ impl State<'_> {
     }
 }
 
+// Splitting a buffer at an element index: how a tensor is cut into pieces for threads, or into
+// shards for ranks (see `SgdTensor::split_at` and friends). `mid <= len` is the caller's to check.
+
+impl<'a> Weights<'a> {
+    /// The same weights, borrowed for a shorter time.
+    pub fn reborrow(&mut self) -> Weights<'_> {
+        match self {
+            Weights::F32(w) => Weights::F32(w),
+            Weights::Split { top, trail } => Weights::Split { top, trail },
+            Weights::Bf16(w, r) => Weights::Bf16(w, *r),
+        }
+    }
+
+    /// Elements `..mid` and `mid..`. Panics if `mid > len` (for `Split`, of either half).
+    pub fn split_at(self, mid: usize) -> (Weights<'a>, Weights<'a>) {
+        match self {
+            Weights::F32(w) => {
+                let (a, b) = w.split_at_mut(mid);
+                (Weights::F32(a), Weights::F32(b))
+            }
+            Weights::Split { top, trail } => {
+                let (ta, tb) = top.split_at_mut(mid);
+                let (la, lb) = trail.split_at_mut(mid);
+                (
+                    Weights::Split { top: ta, trail: la },
+                    Weights::Split { top: tb, trail: lb },
+                )
+            }
+            Weights::Bf16(w, r) => {
+                let (a, b) = w.split_at_mut(mid);
+                (Weights::Bf16(a, r), Weights::Bf16(b, r))
+            }
+        }
+    }
+}
+
+impl<'a> Grads<'a> {
+    /// Elements `..mid` and `mid..`. Panics if `mid > len`.
+    pub fn split_at(self, mid: usize) -> (Grads<'a>, Grads<'a>) {
+        match self {
+            Grads::F32(g) => {
+                let (a, b) = g.split_at(mid);
+                (Grads::F32(a), Grads::F32(b))
+            }
+            Grads::Bf16(g) => {
+                let (a, b) = g.split_at(mid);
+                (Grads::Bf16(a), Grads::Bf16(b))
+            }
+        }
+    }
+}
+
+impl<'a> State<'a> {
+    /// The same state, borrowed for a shorter time.
+    pub fn reborrow(&mut self) -> State<'_> {
+        match self {
+            State::F32(s) => State::F32(s),
+            State::Bf16(s, r) => State::Bf16(s, *r),
+        }
+    }
+
+    /// Elements `..mid` and `mid..`. Panics if `mid > len`.
+    pub fn split_at(self, mid: usize) -> (State<'a>, State<'a>) {
+        match self {
+            State::F32(s) => {
+                let (a, b) = s.split_at_mut(mid);
+                (State::F32(a), State::F32(b))
+            }
+            State::Bf16(s, r) => {
+                let (a, b) = s.split_at_mut(mid);
+                (State::Bf16(a, r), State::Bf16(b, r))
+            }
+        }
+    }
+}
+
+/// [`State::reborrow`] for an optional buffer.
+pub(crate) fn reborrow_optional<'s>(s: &'s mut Option<State<'_>>) -> Option<State<'s>> {
+    s.as_mut().map(State::reborrow)
+}
+
+/// [`State::split_at`] for an optional buffer.
+pub(crate) fn split_optional<'a>(
+    s: Option<State<'a>>,
+    mid: usize,
+) -> (Option<State<'a>>, Option<State<'a>>) {
+    match s {
+        Some(s) => {
+            let (a, b) = s.split_at(mid);
+            (Some(a), Some(b))
+        }
+        None => (None, None),
+    }
+}
+
 /// Checks an optional state buffer: present iff `required`, and of length `n`.
 pub(crate) fn check_optional(
     s: &Option<State<'_>>,

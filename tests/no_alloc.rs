@@ -3,7 +3,8 @@
 
 use halfstep::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Grads, LambConfig, LambTensor, Optimizer,
-    Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Weights, bf16, convert,
+    Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Threads, Weights, bf16,
+    convert,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -39,6 +40,7 @@ fn optimizer_steps_and_conversions_do_not_allocate() {
     let mut trail = vec![0u16; N];
     let (mut a, mut b, mut c) = (vec![0.0f32; N], vec![0.5f32; N], vec![0.5f32; N]);
     let mut s16 = vec![bf16::ZERO; N];
+    // On the calling thread: the pool's own queues are rayon's business (see the test below).
     let mut sgd = Optimizer::new(
         SgdConfig {
             momentum: 0.9,
@@ -46,8 +48,11 @@ fn optimizer_steps_and_conversions_do_not_allocate() {
         },
         1,
     )
-    .unwrap();
-    let mut adagrad = Optimizer::new(AdagradConfig::default(), 1).unwrap();
+    .unwrap()
+    .with_threads(Threads::current());
+    let mut adagrad = Optimizer::new(AdagradConfig::default(), 1)
+        .unwrap()
+        .with_threads(Threads::current());
     let mut adam = Optimizer::new(
         AdamConfig {
             amsgrad: true,
@@ -55,10 +60,21 @@ fn optimizer_steps_and_conversions_do_not_allocate() {
         },
         1,
     )
-    .unwrap();
-    let mut lamb = Optimizer::new(LambConfig::default(), 1).unwrap();
+    .unwrap()
+    .with_threads(Threads::current());
+    let mut lamb = Optimizer::new(LambConfig::default(), 1)
+        .unwrap()
+        .with_threads(Threads::current());
     let mut out16 = vec![bf16::ZERO; N];
     let mut out32 = vec![0.0f32; N];
+    // LAMB's workspace is made once, before the first step (without this the first step makes it).
+    lamb.reserve(&[LambTensor {
+        weights: Weights::Bf16(&mut w, Rounding::NearestEven),
+        grads: Grads::F32(&grads),
+        exp_avg: State::F32(&mut a),
+        exp_avg_sq: State::F32(&mut b),
+        stream: TensorStream::new(3),
+    }]);
 
     let n = allocations(|| {
         sgd.step(&mut [SgdTensor {
@@ -110,4 +126,49 @@ fn optimizer_steps_and_conversions_do_not_allocate() {
     assert_eq!(n, 0, "the step path allocated {n} times");
     // The counter works (the test could not pass vacuously).
     assert!(allocations(|| drop(std::hint::black_box(vec![1u8; 10]))) >= 1);
+}
+
+#[test]
+fn parallel_steps_allocate_nothing_of_their_own() {
+    // On a pool, the pieces are forked with `join` (stack jobs, no allocation); rayon's queues
+    // may still grow a block now and then. Print what a run of steps costs.
+    const N: usize = 1 << 18;
+    let pool = std::sync::Arc::new(
+        rayon_core::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap(),
+    );
+    let grads: Vec<f32> = (0..N).map(|i| (i as f32).sin()).collect();
+    let (mut w, mut m, mut v) = (vec![0.5f32; N], vec![0.0f32; N], vec![0.0f32; N]);
+    let mut lamb = Optimizer::new(LambConfig::default(), 1)
+        .unwrap()
+        .with_threads(Threads::pool(pool).with_grain(4096));
+    let mut step = |lamb: &mut Optimizer<LambConfig>| {
+        let (h, t) = w.split_at_mut(N / 3);
+        let (gh, gt) = grads.split_at(N / 3);
+        let (mh, mt) = m.split_at_mut(N / 3);
+        let (vh, vt) = v.split_at_mut(N / 3);
+        lamb.step(&mut [
+            LambTensor {
+                weights: Weights::F32(h),
+                grads: Grads::F32(gh),
+                exp_avg: State::F32(mh),
+                exp_avg_sq: State::F32(vh),
+                stream: TensorStream::new(0),
+            },
+            LambTensor {
+                weights: Weights::F32(t),
+                grads: Grads::F32(gt),
+                exp_avg: State::F32(mt),
+                exp_avg_sq: State::F32(vt),
+                stream: TensorStream::new(1),
+            },
+        ])
+        .unwrap();
+    };
+    step(&mut lamb); // makes the workspace, starts the pool
+    let n = allocations(|| (0..100).for_each(|_| step(&mut lamb)));
+    println!("100 parallel LAMB steps: {n} allocations");
+    assert!(n <= 10, "{n} allocations in 100 parallel steps");
 }

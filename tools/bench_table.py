@@ -19,6 +19,8 @@ for dirpath, _, files in os.walk(root):
     est = json.load(open(os.path.join(dirpath, "estimates.json")))
     group, backend, size = bench["group_id"], bench["function_id"], bench["value_str"]
     elems = bench["throughput"]["Elements"]
+    if group.count("/") != 1:
+        continue  # benches/parallel.rs: tools/scaling_table.py
     kernel, per = group.split("/")
     nbytes = int(per.split("B-")[0])
     rows[(kernel, nbytes, size)][backend] = est["median"]["point_estimate"] / elems

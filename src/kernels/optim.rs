@@ -572,32 +572,41 @@ impl<V: Simd> LambV<V> {
     }
 }
 
-/// Canonical sums of squares (SPEC.md §7) over chunks fed in global-index order.
-struct Norm<V: Simd> {
-    acc: V::Acc,
+/// The canonical sums of squares (SPEC.md §7) of p and u per norm block, over chunks fed in
+/// global-index order; each block's pair goes to `out[block - first]` when the block is done.
+struct BlockNorms<V: Simd> {
+    p: V::Acc,
+    u: V::Acc,
     block: u64,
-    total: f64,
+    first: u64,
+    out: *mut [f64; 2],
 }
 
-impl<V: Simd> Norm<V> {
+impl<V: Simd> BlockNorms<V> {
     #[inline(always)]
-    unsafe fn new() -> Self {
-        Norm {
-            acc: unsafe { V::acc_zero() },
-            block: u64::MAX,
-            total: 0.0,
+    unsafe fn new(base: u64, out: *mut [f64; 2]) -> Self {
+        unsafe {
+            BlockNorms {
+                p: V::acc_zero(),
+                u: V::acc_zero(),
+                block: u64::MAX,
+                first: base / NORM_BLOCK as u64,
+                out,
+            }
         }
     }
 
     #[inline(always)]
-    unsafe fn add(&mut self, x: V::F, e: u64) {
+    unsafe fn add(&mut self, p: V::F, u: V::F, e: u64) {
         unsafe {
             let block = e / NORM_BLOCK as u64;
             if block != self.block {
                 self.close();
                 self.block = block;
             }
-            self.acc = V::acc_add_squares(self.acc, x, (e % NORM_LANES as u64) as usize);
+            let lane = (e % NORM_LANES as u64) as usize;
+            self.p = V::acc_add_squares(self.p, p, lane);
+            self.u = V::acc_add_squares(self.u, u, lane);
         }
     }
 
@@ -605,16 +614,14 @@ impl<V: Simd> Norm<V> {
     unsafe fn close(&mut self) {
         unsafe {
             if self.block != u64::MAX {
-                self.total += fold_lanes(V::acc_lanes(self.acc));
-                self.acc = V::acc_zero();
+                *self.out.add((self.block - self.first) as usize) = [
+                    fold_lanes(V::acc_lanes(self.p)),
+                    fold_lanes(V::acc_lanes(self.u)),
+                ];
+                self.p = V::acc_zero();
+                self.u = V::acc_zero();
             }
         }
-    }
-
-    #[inline(always)]
-    unsafe fn finish(mut self) -> f64 {
-        unsafe { self.close() };
-        self.total
     }
 }
 
@@ -626,8 +633,7 @@ struct LambPass1<V: Simd> {
     omb2: V::F,
     sm: Buf,
     sv: Buf,
-    np: Norm<V>,
-    nu: Norm<V>,
+    norms: BlockNorms<V>,
 }
 
 impl<V: Simd> ElementOp<V> for LambPass1<V> {
@@ -642,8 +648,8 @@ impl<V: Simd> ElementOp<V> for LambPass1<V> {
             let m_stored = self.sm.as_stored::<V>(m, r0, e);
             let v_stored = self.sv.as_stored::<V>(vv, r1, e);
             // Staged lanes outside the slice hold zeros, so they add +0 to both sums.
-            self.np.add(v.p, e);
-            self.nu.add(self.k.direction(v.p, m_stored, v_stored), e);
+            let u = self.k.direction(v.p, m_stored, v_stored);
+            self.norms.add(v.p, u, e);
             v.s[0] = m;
             v.s[1] = vv;
         }
@@ -672,11 +678,35 @@ impl<V: Simd> ElementOp<V> for LambPass2<V> {
     }
 }
 
+impl<V: Simd> LambV<V> {
+    #[inline(always)]
+    unsafe fn new(c: &LambConsts) -> Self {
+        unsafe {
+            LambV::<V> {
+                c: *c,
+                inv_bc1: V::splat(c.inv_bc1),
+                inv_bc2: V::splat(c.inv_bc2),
+                eps: V::splat(c.eps),
+                wd: V::splat(c.weight_decay),
+            }
+        }
+    }
+}
+
+/// LAMB pass 1 over one tensor (or a piece of one): moments stored, and the canonical sums of
+/// squares of p and u of every norm block the piece touches written to `out` in block order.
+/// A piece must not share a block with another piece (the parallel driver cuts at block edges).
 #[inline(always)]
-pub(crate) unsafe fn lamb<V: Simd>(c: &LambConsts, ctx: &StepContext, t: &mut LambTensor<'_>) {
+pub(crate) unsafe fn lamb_pass1<V: Simd>(
+    c: &LambConsts,
+    ctx: &StepContext,
+    t: &mut LambTensor<'_>,
+    out: &mut [[f64; 2]],
+) {
     unsafe {
         let n = t.weights.len();
         let base = t.stream.index_base;
+        debug_assert_eq!(out.len(), crate::parallel::blocks(base, n));
         let (sm, sv) = (Buf::state(&mut t.exp_avg), Buf::state(&mut t.exp_avg_sq));
         let mut b = Bufs::<V>::new(
             ctx,
@@ -685,30 +715,45 @@ pub(crate) unsafe fn lamb<V: Simd>(c: &LambConsts, ctx: &StepContext, t: &mut La
             Some(Buf::grads(&t.grads)),
             [Some(sm), Some(sv), None],
         );
-        let k = LambV::<V> {
-            c: *c,
-            inv_bc1: V::splat(c.inv_bc1),
-            inv_bc2: V::splat(c.inv_bc2),
-            eps: V::splat(c.eps),
-            wd: V::splat(c.weight_decay),
-        };
         let mut p1 = LambPass1::<V> {
-            k,
+            k: LambV::new(c),
             omb1: V::splat(c.one_minus_beta1),
             beta2: V::splat(c.beta2),
             omb2: V::splat(c.one_minus_beta2),
             sm,
             sv,
-            np: Norm::new(),
-            nu: Norm::new(),
+            norms: BlockNorms::new(base, out.as_mut_ptr()),
         };
         drive::<V, _>(n, base, &mut b, &mut p1);
-        let lr_ratio = crate::reference::lamb::scaled_lr(c, p1.np.finish(), p1.nu.finish());
-        b.g = None;
+        p1.norms.close();
+    }
+}
+
+/// LAMB pass 2 over one tensor (or a piece): `p = fma(-lr_ratio, u, p)`.
+#[inline(always)]
+pub(crate) unsafe fn lamb_pass2<V: Simd>(
+    c: &LambConsts,
+    ctx: &StepContext,
+    t: &mut LambTensor<'_>,
+    lr_ratio: f32,
+) {
+    unsafe {
+        let n = t.weights.len();
+        let mut b = Bufs::<V>::new(
+            ctx,
+            &t.stream,
+            Buf::weights(&mut t.weights),
+            None,
+            [
+                Some(Buf::state(&mut t.exp_avg)),
+                Some(Buf::state(&mut t.exp_avg_sq)),
+                None,
+            ],
+        );
         let mut p2 = LambPass2::<V> {
-            k,
+            k: LambV::new(c),
             neg_lr_ratio: V::splat(-lr_ratio),
         };
-        drive::<V, _>(n, base, &mut b, &mut p2);
+        drive::<V, _>(n, t.stream.index_base, &mut b, &mut p2);
     }
 }

@@ -96,8 +96,53 @@ pub struct AdagradTensor<'a> {
     pub stream: TensorStream,
 }
 
+impl<'a> AdagradTensor<'a> {
+    /// Number of elements (the weights' length).
+    pub fn len(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The same tensor, borrowed for a shorter time.
+    pub fn reborrow(&mut self) -> AdagradTensor<'_> {
+        AdagradTensor {
+            weights: self.weights.reborrow(),
+            grads: self.grads,
+            sum: self.sum.reborrow(),
+            stream: self.stream,
+        }
+    }
+
+    /// Elements `..mid` and `mid..` as two tensors; the second's stream starts at
+    /// `index_base + mid`, so stepping both gives the bits of stepping the whole. Panics if `mid`
+    /// exceeds a buffer's length.
+    pub fn split_at(self, mid: usize) -> (AdagradTensor<'a>, AdagradTensor<'a>) {
+        let (wa, wb) = self.weights.split_at(mid);
+        let (ga, gb) = self.grads.split_at(mid);
+        let (sa, sb) = self.sum.split_at(mid);
+        (
+            AdagradTensor {
+                weights: wa,
+                grads: ga,
+                sum: sa,
+                stream: self.stream,
+            },
+            AdagradTensor {
+                weights: wb,
+                grads: gb,
+                sum: sb,
+                stream: self.stream.offset(mid),
+            },
+        )
+    }
+}
+
 impl Step for AdagradConfig {
-    type Tensor<'a> = AdagradTensor<'a>;
+    super::elementwise_step_items!(AdagradTensor);
 
     fn validate(&self) -> Result<()> {
         AdagradConfig::validate(self)

@@ -2,7 +2,7 @@ use super::{Step, powi_f64, require_beta, require_eps, require_nonneg};
 use crate::dispatch::Engine;
 use crate::error::Result;
 use crate::rng::{StepContext, TensorStream};
-use crate::storage::{Grads, State, Weights, check_optional};
+use crate::storage::{Grads, State, Weights, check_optional, reborrow_optional, split_optional};
 
 /// Adam / AdamW hyperparameters, with PyTorch's meaning (`torch.optim.Adam`, `torch.optim.AdamW`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -128,8 +128,61 @@ pub struct AdamTensor<'a> {
     pub stream: TensorStream,
 }
 
+impl<'a> AdamTensor<'a> {
+    /// Number of elements (the weights' length).
+    pub fn len(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The same tensor, borrowed for a shorter time.
+    pub fn reborrow(&mut self) -> AdamTensor<'_> {
+        AdamTensor {
+            weights: self.weights.reborrow(),
+            grads: self.grads,
+            exp_avg: self.exp_avg.reborrow(),
+            exp_avg_sq: self.exp_avg_sq.reborrow(),
+            max_exp_avg_sq: reborrow_optional(&mut self.max_exp_avg_sq),
+            stream: self.stream,
+        }
+    }
+
+    /// Elements `..mid` and `mid..` as two tensors; the second's stream starts at
+    /// `index_base + mid`, so stepping both gives the bits of stepping the whole. Panics if `mid`
+    /// exceeds a buffer's length.
+    pub fn split_at(self, mid: usize) -> (AdamTensor<'a>, AdamTensor<'a>) {
+        let (wa, wb) = self.weights.split_at(mid);
+        let (ga, gb) = self.grads.split_at(mid);
+        let (ma, mb) = self.exp_avg.split_at(mid);
+        let (va, vb) = self.exp_avg_sq.split_at(mid);
+        let (xa, xb) = split_optional(self.max_exp_avg_sq, mid);
+        (
+            AdamTensor {
+                weights: wa,
+                grads: ga,
+                exp_avg: ma,
+                exp_avg_sq: va,
+                max_exp_avg_sq: xa,
+                stream: self.stream,
+            },
+            AdamTensor {
+                weights: wb,
+                grads: gb,
+                exp_avg: mb,
+                exp_avg_sq: vb,
+                max_exp_avg_sq: xb,
+                stream: self.stream.offset(mid),
+            },
+        )
+    }
+}
+
 impl Step for AdamConfig {
-    type Tensor<'a> = AdamTensor<'a>;
+    super::elementwise_step_items!(AdamTensor);
 
     fn validate(&self) -> Result<()> {
         AdamConfig::validate(self)

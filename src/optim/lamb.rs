@@ -1,6 +1,9 @@
 use super::{Step, powi_f64, require, require_beta, require_eps, require_nonneg};
 use crate::dispatch::Engine;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::parallel::{self, Leaf, Threads, blocks};
+use crate::reference::lamb::scaled_lr;
+use crate::reference::norm::NORM_BLOCK;
 use crate::rng::{StepContext, TensorStream};
 use crate::storage::{Grads, State, Weights};
 
@@ -110,6 +113,56 @@ pub struct LambTensor<'a> {
     pub stream: TensorStream,
 }
 
+impl<'a> LambTensor<'a> {
+    /// Number of elements (the weights' length).
+    pub fn len(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The same tensor, borrowed for a shorter time.
+    pub fn reborrow(&mut self) -> LambTensor<'_> {
+        LambTensor {
+            weights: self.weights.reborrow(),
+            grads: self.grads,
+            exp_avg: self.exp_avg.reborrow(),
+            exp_avg_sq: self.exp_avg_sq.reborrow(),
+            stream: self.stream,
+        }
+    }
+
+    /// Elements `..mid` and `mid..` as two tensors; the second's stream starts at
+    /// `index_base + mid`. (LAMB's trust ratio is per tensor: stepping the halves separately is
+    /// *not* stepping the whole; the group step splits passes, not steps.) Panics if `mid`
+    /// exceeds a buffer's length.
+    pub fn split_at(self, mid: usize) -> (LambTensor<'a>, LambTensor<'a>) {
+        let (wa, wb) = self.weights.split_at(mid);
+        let (ga, gb) = self.grads.split_at(mid);
+        let (ma, mb) = self.exp_avg.split_at(mid);
+        let (va, vb) = self.exp_avg_sq.split_at(mid);
+        (
+            LambTensor {
+                weights: wa,
+                grads: ga,
+                exp_avg: ma,
+                exp_avg_sq: va,
+                stream: self.stream,
+            },
+            LambTensor {
+                weights: wb,
+                grads: gb,
+                exp_avg: mb,
+                exp_avg_sq: vb,
+                stream: self.stream.offset(mid),
+            },
+        )
+    }
+}
+
 impl Step for LambConfig {
     type Tensor<'a> = LambTensor<'a>;
 
@@ -125,12 +178,155 @@ impl Step for LambConfig {
         t.stream.check(n)
     }
 
+    type Workspace = LambWorkspace;
+
+    /// One tensor, no workspace: pass 1 runs over segments of `SEGMENT_BLOCKS` norm blocks,
+    /// their block sums collected on the stack and added in order.
     fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut LambTensor<'_>) {
-        (engine.k.lamb)(&self.consts(ctx.step), ctx, t);
+        let c = self.consts(ctx.step);
+        let mut sums = [[0.0f64; 2]; SEGMENT_BLOCKS];
+        let mut total = [0.0f64; 2];
+        let segment = (SEGMENT_BLOCKS * NORM_BLOCK) as u64;
+        let mut rest = t.reborrow();
+        while !rest.is_empty() {
+            let base = rest.stream.index_base;
+            let mid = ((base / segment + 1) * segment - base).min(rest.len() as u64) as usize;
+            let (mut piece, tail) = rest.split_at(mid);
+            let sums = &mut sums[..blocks(base, mid)];
+            (engine.k.lamb_pass1)(&c, ctx, &mut piece, sums);
+            add_blocks(&mut total, sums);
+            rest = tail;
+        }
+        let lr_ratio = scaled_lr(&c, total[0], total[1]);
+        (engine.k.lamb_pass2)(&c, ctx, t, lr_ratio);
+    }
+
+    fn tensor_len(t: &LambTensor<'_>) -> usize {
+        t.len()
+    }
+    fn tensor_base(t: &LambTensor<'_>) -> u64 {
+        t.stream.index_base
+    }
+    fn reborrow<'s>(t: &'s mut LambTensor<'_>) -> LambTensor<'s> {
+        t.reborrow()
+    }
+    fn split_at<'s>(t: LambTensor<'s>, mid: usize) -> (LambTensor<'s>, LambTensor<'s>)
+    where
+        Self: 's,
+    {
+        t.split_at(mid)
+    }
+
+    fn reserve(ws: &mut LambWorkspace, tensors: &[LambTensor<'_>]) {
+        let (blocks, n) = LambWorkspace::needs(tensors);
+        if ws.sums.len() < blocks {
+            ws.sums.resize(blocks, [0.0; 2]);
+        }
+        if ws.lr_ratios.len() < n {
+            ws.lr_ratios.resize(n, 0.0);
+        }
+    }
+
+    fn check_workspace(ws: &LambWorkspace, tensors: &[LambTensor<'_>]) -> Result<()> {
+        let (blocks, n) = LambWorkspace::needs(tensors);
+        if ws.sums.len() < blocks || ws.lr_ratios.len() < n {
+            return Err(Error::WorkspaceTooSmall { blocks, tensors: n });
+        }
+        Ok(())
+    }
+
+    /// Pass 1 over every piece (block sums into the workspace), the trust ratios per tensor in
+    /// order on this thread, pass 2 over every piece.
+    fn step_group_checked(
+        &self,
+        engine: &Engine,
+        ctx: &StepContext,
+        tensors: &mut [LambTensor<'_>],
+        ws: &mut LambWorkspace,
+        threads: &Threads,
+    ) {
+        let c = self.consts(ctx.step);
+        let (n_blocks, n) = LambWorkspace::needs(tensors);
+        let sums = &mut ws.sums[..n_blocks];
+        let pass1 = Pass1 { c: &c, engine, ctx };
+        parallel::for_group::<LambConfig, _, _>(threads, tensors, &mut *sums, &pass1);
+        let mut rest = &sums[..];
+        for (t, r) in tensors.iter().zip(&mut ws.lr_ratios[..n]) {
+            let (mine, tail) = rest.split_at(blocks(t.stream.index_base, t.len()));
+            let mut total = [0.0f64; 2];
+            add_blocks(&mut total, mine);
+            *r = scaled_lr(&c, total[0], total[1]);
+            rest = tail;
+        }
+        let pass2 = Pass2 { c: &c, engine, ctx };
+        parallel::for_group::<LambConfig, _, _>(threads, tensors, &ws.lr_ratios[..n], &pass2);
     }
 }
 
-/// One LAMB step on one tensor (two passes, no workspace). Validates everything, then updates
+/// Norm blocks per pass-1 segment of a single-tensor step (the block sums of one segment live on
+/// the stack: 1 KiB).
+const SEGMENT_BLOCKS: usize = 64;
+
+/// Adds block sums in block order (SPEC.md §7).
+fn add_blocks(total: &mut [f64; 2], sums: &[[f64; 2]]) {
+    for s in sums {
+        total[0] += s[0];
+        total[1] += s[1];
+    }
+}
+
+struct Pass1<'c> {
+    c: &'c LambConsts,
+    engine: &'c Engine,
+    ctx: &'c StepContext,
+}
+
+impl Leaf<LambConfig, &mut [[f64; 2]]> for Pass1<'_> {
+    fn run(&self, mut t: LambTensor<'_>, sums: &mut [[f64; 2]]) {
+        (self.engine.k.lamb_pass1)(self.c, self.ctx, &mut t, sums);
+    }
+}
+
+struct Pass2<'c> {
+    c: &'c LambConsts,
+    engine: &'c Engine,
+    ctx: &'c StepContext,
+}
+
+impl Leaf<LambConfig, &[f32]> for Pass2<'_> {
+    fn run(&self, mut t: LambTensor<'_>, lr_ratio: &[f32]) {
+        (self.engine.k.lamb_pass2)(self.c, self.ctx, &mut t, lr_ratio[0]);
+    }
+}
+
+/// The scratch of a LAMB group step: the sums of squares of ‖p‖ and ‖u‖ per norm block of every
+/// tensor (16 bytes per 2048 elements) and each tensor's `lr * trust ratio`. Make it once and
+/// reuse it; [`Optimizer`](crate::Optimizer) keeps its own.
+#[derive(Clone, Debug, Default)]
+pub struct LambWorkspace {
+    sums: Vec<[f64; 2]>,
+    lr_ratios: Vec<f32>,
+}
+
+impl LambWorkspace {
+    /// A workspace that fits `tensors` (and any group with no more blocks and tensors).
+    pub fn for_tensors(tensors: &[LambTensor<'_>]) -> LambWorkspace {
+        let mut ws = LambWorkspace::default();
+        <LambConfig as Step>::reserve(&mut ws, tensors);
+        ws
+    }
+
+    /// Norm blocks and tensors of a group.
+    fn needs(tensors: &[LambTensor<'_>]) -> (usize, usize) {
+        let blocks = tensors
+            .iter()
+            .map(|t| blocks(t.stream.index_base, t.len()))
+            .sum();
+        (blocks, tensors.len())
+    }
+}
+
+/// One LAMB step on one tensor (two passes, no workspace, on the calling thread). Validates everything, then updates
 /// in place.
 pub fn lamb_step(
     config: &LambConfig,

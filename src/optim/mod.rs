@@ -13,11 +13,12 @@ mod sgd;
 
 pub use adagrad::{AdagradConfig, AdagradConsts, AdagradTensor, adagrad_step};
 pub use adam::{AdamConfig, AdamConsts, AdamTensor, adam_step};
-pub use lamb::{LambConfig, LambConsts, LambTensor, lamb_step};
+pub use lamb::{LambConfig, LambConsts, LambTensor, LambWorkspace, lamb_step};
 pub use sgd::{SgdConfig, SgdConsts, SgdTensor, sgd_step};
 
 use crate::dispatch::Engine;
 use crate::error::{Error, Result};
+use crate::parallel::{self, Leaf, Threads};
 use crate::rng::StepContext;
 
 /// `base^exp` by binary exponentiation in f64, in exactly this order, so that any language
@@ -77,16 +78,61 @@ fn require_step(ctx: &StepContext) -> Result<()> {
     ctx.replica.slot().map(|_| ())
 }
 
-/// An optimizer configuration that can step one tensor at a time; [`Optimizer`] drives it.
-pub trait Step {
+/// An optimizer configuration: how to check and step one tensor, and a parameter group on many
+/// threads. [`Optimizer`] and [`Engine::step_group`] drive it.
+pub trait Step: Sync + 'static {
     /// One tensor's buffers.
-    type Tensor<'a>;
+    type Tensor<'a>: Send;
+    /// Scratch memory a group step needs, made once and reused (LAMB's per-block norms); `()`
+    /// for the optimizers that need none.
+    type Workspace: Clone + core::fmt::Debug + Default + Send;
+
     /// Checks the hyperparameters.
     fn validate(&self) -> Result<()>;
     /// Checks one tensor's buffers against this configuration (no writes).
     fn check_tensor(&self, t: &Self::Tensor<'_>) -> Result<()>;
     /// Steps one tensor on `engine`. Must only be called after both checks passed.
     fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut Self::Tensor<'_>);
+
+    /// Number of elements of `t`.
+    fn tensor_len(t: &Self::Tensor<'_>) -> usize;
+    /// Global element index of `t`'s element 0.
+    fn tensor_base(t: &Self::Tensor<'_>) -> u64;
+    /// `t`, borrowed for a shorter time.
+    fn reborrow<'s>(t: &'s mut Self::Tensor<'_>) -> Self::Tensor<'s>;
+    /// `t` cut into elements `..mid` and `mid..` (the second with its stream offset by `mid`).
+    fn split_at<'s>(t: Self::Tensor<'s>, mid: usize) -> (Self::Tensor<'s>, Self::Tensor<'s>)
+    where
+        Self: 's;
+
+    /// Grows `ws` to fit `tensors` (allocates only if it is too small).
+    fn reserve(ws: &mut Self::Workspace, tensors: &[Self::Tensor<'_>]);
+    /// Checks that `ws` fits `tensors`.
+    fn check_workspace(ws: &Self::Workspace, tensors: &[Self::Tensor<'_>]) -> Result<()>;
+    /// Steps a group on `engine` and `threads`. Must only be called after every check passed.
+    fn step_group_checked(
+        &self,
+        engine: &Engine,
+        ctx: &StepContext,
+        tensors: &mut [Self::Tensor<'_>],
+        ws: &mut Self::Workspace,
+        threads: &Threads,
+    );
+
+    /// Checks everything a group step needs, writing nothing.
+    fn check_group(
+        &self,
+        ctx: &StepContext,
+        tensors: &[Self::Tensor<'_>],
+        ws: &Self::Workspace,
+    ) -> Result<()> {
+        self.validate()?;
+        require_step(ctx)?;
+        for t in tensors {
+            self.check_tensor(t)?;
+        }
+        Self::check_workspace(ws, tensors)
+    }
 
     /// Validates everything, then steps one tensor on `engine`.
     fn step_one(&self, engine: &Engine, ctx: &StepContext, t: &mut Self::Tensor<'_>) -> Result<()> {
@@ -98,14 +144,86 @@ pub trait Step {
     }
 }
 
+/// Runs an element-wise optimizer's single-tensor step on every piece of a group.
+struct EachPiece<'c, C> {
+    config: &'c C,
+    engine: &'c Engine,
+    ctx: &'c StepContext,
+}
+
+impl<C: Step> Leaf<C, ()> for EachPiece<'_, C> {
+    fn run(&self, mut t: C::Tensor<'_>, _: ()) {
+        self.config.step_checked(self.engine, self.ctx, &mut t);
+    }
+}
+
+/// The group step of an optimizer whose update is element-wise (SGD, Adagrad, Adam): every
+/// piece is stepped on its own; the pieces' bits are the whole tensor's (SPEC.md §3.2).
+fn elementwise_group<C: Step>(
+    config: &C,
+    engine: &Engine,
+    ctx: &StepContext,
+    tensors: &mut [C::Tensor<'_>],
+    threads: &Threads,
+) {
+    let leaf = EachPiece {
+        config,
+        engine,
+        ctx,
+    };
+    parallel::for_group::<C, (), _>(threads, tensors, (), &leaf);
+}
+
+/// The [`Step`] items shared by the element-wise optimizers: tensor access through the tensor
+/// type's own methods, no workspace, [`elementwise_group`].
+macro_rules! elementwise_step_items {
+    ($tensor:ident) => {
+        type Tensor<'a> = $tensor<'a>;
+        type Workspace = ();
+
+        fn tensor_len(t: &$tensor<'_>) -> usize {
+            t.len()
+        }
+        fn tensor_base(t: &$tensor<'_>) -> u64 {
+            t.stream.index_base
+        }
+        fn reborrow<'s>(t: &'s mut $tensor<'_>) -> $tensor<'s> {
+            t.reborrow()
+        }
+        fn split_at<'s>(t: $tensor<'s>, mid: usize) -> ($tensor<'s>, $tensor<'s>)
+        where
+            Self: 's,
+        {
+            t.split_at(mid)
+        }
+        fn reserve(_: &mut (), _: &[$tensor<'_>]) {}
+        fn check_workspace(_: &(), _: &[$tensor<'_>]) -> $crate::Result<()> {
+            Ok(())
+        }
+        fn step_group_checked(
+            &self,
+            engine: &$crate::Engine,
+            ctx: &$crate::StepContext,
+            tensors: &mut [$tensor<'_>],
+            _: &mut (),
+            threads: &$crate::Threads,
+        ) {
+            super::elementwise_group(self, engine, ctx, tensors, threads)
+        }
+    };
+}
+use elementwise_step_items;
+
 /// A configured optimizer with its RNG state (seed, step count): the part of a run's state that
 /// is not in the tensors. [`Optimizer::checkpoint`] and [`Optimizer::resume`] save and restore it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Optimizer<C> {
+#[derive(Clone, Debug)]
+pub struct Optimizer<C: Step> {
     config: C,
     seed: u64,
     steps_taken: u32,
     engine: Engine,
+    threads: Threads,
+    workspace: C::Workspace,
 }
 
 /// The RNG state of an [`Optimizer`]: seed and number of steps taken.
@@ -165,12 +283,31 @@ impl<C: Step> Optimizer<C> {
             seed: checkpoint.seed,
             steps_taken: checkpoint.steps_taken,
             engine: Engine::global()?,
+            threads: Threads::global(),
+            workspace: C::Workspace::default(),
         })
     }
 
     /// The same optimizer running its kernels on `engine` (any backend gives the same bits).
     pub fn on(self, engine: Engine) -> Optimizer<C> {
         Optimizer { engine, ..self }
+    }
+
+    /// The same optimizer running on `threads` (any number of threads gives the same bits).
+    /// The default is [`Threads::global`].
+    pub fn with_threads(self, threads: Threads) -> Optimizer<C> {
+        Optimizer { threads, ..self }
+    }
+
+    /// Where the steps run.
+    pub fn threads(&self) -> &Threads {
+        &self.threads
+    }
+
+    /// Makes the workspace fit `tensors` now, so that no step allocates (LAMB; a no-op for the
+    /// others). Without it, the first step of a group larger than any before grows it.
+    pub fn reserve(&mut self, tensors: &[C::Tensor<'_>]) {
+        C::reserve(&mut self.workspace, tensors);
     }
 
     /// The engine the kernels run on.
@@ -191,9 +328,9 @@ impl<C: Step> Optimizer<C> {
         }
     }
 
-    /// Takes one step over all `tensors` (a parameter group) with bits shared by all replicas.
-    /// Every tensor is checked before any is written; on error nothing changes, the step count
-    /// included.
+    /// Takes one step over all `tensors` (a parameter group) with bits shared by all replicas,
+    /// on this optimizer's engine and threads. Every tensor is checked before any is written; on
+    /// error nothing changes, the step count included.
     pub fn step(&mut self, tensors: &mut [C::Tensor<'_>]) -> Result<()> {
         self.step_with_replica(tensors, crate::rng::Replica::Identical)
     }
@@ -205,24 +342,46 @@ impl<C: Step> Optimizer<C> {
         replica: crate::rng::Replica,
     ) -> Result<()> {
         let step = self.steps_taken.checked_add(1).ok_or(Error::StepOverflow)?;
-        replica.slot()?;
-        for t in tensors.iter() {
-            self.config.check_tensor(t)?;
-        }
         let ctx = StepContext {
             seed: self.seed,
             step,
             replica,
         };
-        for t in tensors.iter_mut() {
-            self.config.step_checked(&self.engine, &ctx, t);
+        replica.slot()?;
+        for t in tensors.iter() {
+            self.config.check_tensor(t)?;
         }
+        C::reserve(&mut self.workspace, tensors);
+        self.config.step_group_checked(
+            &self.engine,
+            &ctx,
+            tensors,
+            &mut self.workspace,
+            &self.threads,
+        );
         self.steps_taken = step;
         Ok(())
     }
 }
 
 impl Engine {
+    /// One step of `config` over a parameter group, on this engine's backend and `threads`:
+    /// the stateless form of [`Optimizer::step`] (the caller keeps the seed and step count in
+    /// `ctx`). Every tensor, and the workspace (`&mut ()` for all but LAMB; see
+    /// `LambWorkspace`), is checked before anything is written. Never allocates.
+    pub fn step_group<C: Step>(
+        &self,
+        config: &C,
+        ctx: &StepContext,
+        tensors: &mut [C::Tensor<'_>],
+        workspace: &mut C::Workspace,
+        threads: &Threads,
+    ) -> Result<()> {
+        config.check_group(ctx, tensors, workspace)?;
+        config.step_group_checked(self, ctx, tensors, workspace, threads);
+        Ok(())
+    }
+
     /// [`sgd_step`] on this engine's backend.
     pub fn sgd_step(
         &self,

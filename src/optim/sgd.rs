@@ -2,7 +2,7 @@ use super::{Step, require, require_nonneg};
 use crate::dispatch::Engine;
 use crate::error::Result;
 use crate::rng::{StepContext, TensorStream};
-use crate::storage::{Grads, State, Weights, check_optional};
+use crate::storage::{Grads, State, Weights, check_optional, reborrow_optional, split_optional};
 
 /// SGD hyperparameters, with PyTorch's meaning and defaults (`torch.optim.SGD`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -118,8 +118,53 @@ pub struct SgdTensor<'a> {
     pub stream: TensorStream,
 }
 
+impl<'a> SgdTensor<'a> {
+    /// Number of elements (the weights' length).
+    pub fn len(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The same tensor, borrowed for a shorter time.
+    pub fn reborrow(&mut self) -> SgdTensor<'_> {
+        SgdTensor {
+            weights: self.weights.reborrow(),
+            grads: self.grads,
+            momentum: reborrow_optional(&mut self.momentum),
+            stream: self.stream,
+        }
+    }
+
+    /// Elements `..mid` and `mid..` as two tensors; the second's stream starts at
+    /// `index_base + mid`, so stepping both gives the bits of stepping the whole. Panics if `mid`
+    /// exceeds a buffer's length.
+    pub fn split_at(self, mid: usize) -> (SgdTensor<'a>, SgdTensor<'a>) {
+        let (wa, wb) = self.weights.split_at(mid);
+        let (ga, gb) = self.grads.split_at(mid);
+        let (ma, mb) = split_optional(self.momentum, mid);
+        (
+            SgdTensor {
+                weights: wa,
+                grads: ga,
+                momentum: ma,
+                stream: self.stream,
+            },
+            SgdTensor {
+                weights: wb,
+                grads: gb,
+                momentum: mb,
+                stream: self.stream.offset(mid),
+            },
+        )
+    }
+}
+
 impl Step for SgdConfig {
-    type Tensor<'a> = SgdTensor<'a>;
+    super::elementwise_step_items!(SgdTensor);
 
     fn validate(&self) -> Result<()> {
         SgdConfig::validate(self)

@@ -5,7 +5,7 @@
 
 use crate::optim::{LambConsts, LambTensor};
 use crate::reference::adam::moments;
-use crate::reference::norm::SumSquares;
+use crate::reference::norm::{NORM_BLOCK, SumSquares};
 use crate::reference::philox::element_bits;
 use crate::rng::{Purpose, StepContext, coord};
 
@@ -39,12 +39,16 @@ pub fn scaled_lr(c: &LambConsts, sum_sq_p: f64, sum_sq_u: f64) -> f32 {
     (f64::from(c.lr) * ratio) as f32
 }
 
-/// Pass 1: moments updated and stored; returns the canonical sums of squares of `p` and `u`.
-pub fn pass1(c: &LambConsts, ctx: &StepContext, t: &mut LambTensor<'_>) -> (f64, f64) {
+/// Pass 1's element loop: moments updated and stored; `visit(e, p, u)` sees each element's
+/// global index, weight and direction (from the moments as stored), in index order.
+fn update_moments(
+    c: &LambConsts,
+    ctx: &StepContext,
+    t: &mut LambTensor<'_>,
+    mut visit: impl FnMut(u64, f32, f32),
+) {
     let m_bits = coord(ctx, &t.stream, Purpose::FirstMoment);
     let v_bits = coord(ctx, &t.stream, Purpose::SecondMoment);
-    let base = t.stream.index_base;
-    let (mut sp, mut su) = (SumSquares::new(base), SumSquares::new(base));
     for i in 0..t.weights.len() {
         let e = t.stream.index_base + i as u64;
         let p = t.weights.load(i);
@@ -59,11 +63,54 @@ pub fn pass1(c: &LambConsts, ctx: &StepContext, t: &mut LambTensor<'_>) -> (f64,
         );
         t.exp_avg.store(i, m, || element_bits(&m_bits, e));
         t.exp_avg_sq.store(i, v, || element_bits(&v_bits, e));
-        let u = direction(c, p, t.exp_avg.load(i), t.exp_avg_sq.load(i));
+        visit(
+            e,
+            p,
+            direction(c, p, t.exp_avg.load(i), t.exp_avg_sq.load(i)),
+        );
+    }
+}
+
+/// Pass 1: moments updated and stored; returns the canonical sums of squares of `p` and `u`.
+pub fn pass1(c: &LambConsts, ctx: &StepContext, t: &mut LambTensor<'_>) -> (f64, f64) {
+    let base = t.stream.index_base;
+    let (mut sp, mut su) = (SumSquares::new(base), SumSquares::new(base));
+    update_moments(c, ctx, t, |_, p, u| {
         sp.push(p);
         su.push(u);
-    }
+    });
     (sp.finish(), su.finish())
+}
+
+/// Pass 1 for a piece of a tensor, as the parallel driver runs it: instead of the totals, the
+/// canonical sums of each norm block the piece touches, `out[k]` for block
+/// `index_base / NORM_BLOCK + k`. Adding `out` in order, from +0, gives [`pass1`]'s totals (that
+/// is how [`pass1`] adds blocks), so pieces cut at block edges give the whole tensor's norms.
+pub fn pass1_blocks(
+    c: &LambConsts,
+    ctx: &StepContext,
+    t: &mut LambTensor<'_>,
+    out: &mut [[f64; 2]],
+) {
+    let first = t.stream.index_base / NORM_BLOCK as u64;
+    let mut current: Option<(usize, SumSquares, SumSquares)> = None;
+    update_moments(c, ctx, t, |e, p, u| {
+        let k = (e / NORM_BLOCK as u64 - first) as usize;
+        let (_, sp, su) = match &mut current {
+            Some(block) if block.0 == k => block,
+            _ => {
+                if let Some((j, sp, su)) = current.take() {
+                    out[j] = [sp.finish(), su.finish()];
+                }
+                current.insert((k, SumSquares::new(e), SumSquares::new(e)))
+            }
+        };
+        sp.push(p);
+        su.push(u);
+    });
+    if let Some((j, sp, su)) = current {
+        out[j] = [sp.finish(), su.finish()];
+    }
 }
 
 /// Pass 2: `p = fma(-lr_ratio, u, p)` with `u` recomputed from the stored moments.

@@ -1,0 +1,262 @@
+//! The parallel driver: one step over a parameter group, cut into pieces that rayon's workers
+//! take. Only *where* work runs is decided here; every piece runs the same single-thread kernel
+//! over a sub-range of one tensor, and the bits are a function of the global element index
+//! (SPEC.md §3, §7), so the result is the same on any number of threads.
+//!
+//! How the work is cut (recursively, with `rayon_core::join`, so nothing is allocated):
+//! - a group whose elements add up to at most the grain runs on the calling thread, tensor after
+//!   tensor, without touching the pool (small groups lose more to waking workers than they gain);
+//! - a list of tensors is halved at the tensor boundary nearest half its elements, so small
+//!   tensors stay together and are batched onto one worker;
+//! - a single tensor larger than the grain is halved at a global element index that is a multiple
+//!   of [`SPLIT_ALIGN`] (a LAMB norm block: a whole number of RNG groups and of cache lines).
+
+use std::sync::Arc;
+
+use rayon_core::ThreadPool;
+
+use crate::optim::Step;
+use crate::reference::norm::NORM_BLOCK;
+
+/// Pieces are cut at global element indices that are multiples of this: one LAMB norm block,
+/// 16 RNG groups, 128 cache lines of f32 (or 64 of bf16).
+pub const SPLIT_ALIGN: usize = NORM_BLOCK;
+
+/// The default grain: groups of at most this many elements stay on the calling thread, and no
+/// piece given to a worker is larger. Chosen by benchmark (BENCHMARKS.md, "grain"): below about
+/// 64K elements a step costs less than handing it to another thread.
+pub const DEFAULT_GRAIN: usize = 64 * 1024;
+
+#[derive(Clone, Debug)]
+enum Pool {
+    Current,
+    Global,
+    Caller(Arc<ThreadPool>),
+}
+
+/// Where a step's work runs, and how finely it is cut. The bits never depend on it.
+#[derive(Clone, Debug)]
+pub struct Threads {
+    pool: Pool,
+    grain: usize,
+}
+
+impl Default for Threads {
+    /// [`Threads::global`].
+    fn default() -> Self {
+        Threads::global()
+    }
+}
+
+impl PartialEq for Threads {
+    fn eq(&self, other: &Threads) -> bool {
+        self.grain == other.grain
+            && match (&self.pool, &other.pool) {
+                (Pool::Current, Pool::Current) | (Pool::Global, Pool::Global) => true,
+                (Pool::Caller(a), Pool::Caller(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+impl Threads {
+    /// Everything on the calling thread.
+    pub fn current() -> Threads {
+        Threads {
+            pool: Pool::Current,
+            grain: DEFAULT_GRAIN,
+        }
+    }
+
+    /// rayon's global pool (its size: `RAYON_NUM_THREADS`, else one thread per CPU).
+    pub fn global() -> Threads {
+        Threads {
+            pool: Pool::Global,
+            grain: DEFAULT_GRAIN,
+        }
+    }
+
+    /// The caller's pool.
+    pub fn pool(pool: Arc<ThreadPool>) -> Threads {
+        Threads {
+            pool: Pool::Caller(pool),
+            grain: DEFAULT_GRAIN,
+        }
+    }
+
+    /// The same pool with another grain (elements; rounded up to a multiple of [`SPLIT_ALIGN`]).
+    /// Finer grains spread small groups over more threads at a higher fixed cost per piece.
+    pub fn with_grain(self, elements: usize) -> Threads {
+        Threads {
+            grain: elements.max(1).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN,
+            ..self
+        }
+    }
+
+    /// The grain in elements.
+    pub fn grain(&self) -> usize {
+        self.grain
+    }
+
+    /// Runs `f` with `parallel` telling it whether it may fork: on the calling thread for
+    /// [`Threads::current`] or a group within one grain, else inside the pool.
+    pub(crate) fn run<R: Send>(&self, elements: usize, f: impl FnOnce(bool) -> R + Send) -> R {
+        if elements <= self.grain {
+            return f(false);
+        }
+        match &self.pool {
+            Pool::Current => f(false),
+            // `join` from outside a pool runs in the global one.
+            Pool::Global => f(true),
+            Pool::Caller(p) => p.install(|| f(true)),
+        }
+    }
+}
+
+/// Number of norm blocks (SPEC.md §7) that elements `base .. base + len` touch.
+pub(crate) fn blocks(base: u64, len: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    let b = NORM_BLOCK as u64;
+    ((base + len as u64).div_ceil(b) - base / b) as usize
+}
+
+/// Per-piece data that is cut along with the tensors: LAMB's block sums (cut at the same
+/// block), its per-tensor ratios (cut at tensor boundaries), or nothing.
+pub(crate) trait Side: Send + Sized {
+    /// Cuts after `blocks` norm blocks; `tensors` is `Some(k)` when the cut is between the first
+    /// `k` tensors of a list and the rest, `None` when it is inside one tensor.
+    fn cut(self, blocks: usize, tensors: Option<usize>) -> (Self, Self);
+}
+
+impl Side for () {
+    fn cut(self, _: usize, _: Option<usize>) -> ((), ()) {
+        ((), ())
+    }
+}
+
+/// Block sums: one pair per norm block, tensor after tensor.
+impl Side for &mut [[f64; 2]] {
+    fn cut(self, blocks: usize, _: Option<usize>) -> (Self, Self) {
+        self.split_at_mut(blocks)
+    }
+}
+
+/// One value per tensor; a piece of one tensor keeps its tensor's value.
+impl Side for &[f32] {
+    fn cut(self, _: usize, tensors: Option<usize>) -> (Self, Self) {
+        match tensors {
+            Some(k) => self.split_at(k),
+            None => (self, self),
+        }
+    }
+}
+
+/// What runs on one piece: a sub-range of one tensor with its side data.
+pub(crate) trait Leaf<C: Step, S: Side>: Sync {
+    fn run(&self, t: C::Tensor<'_>, side: S);
+}
+
+/// Runs `leaf` over every element of `ts`, cut as the module documentation says.
+pub(crate) fn for_group<C: Step, S: Side, L: Leaf<C, S>>(
+    threads: &Threads,
+    ts: &mut [C::Tensor<'_>],
+    side: S,
+    leaf: &L,
+) {
+    let total: usize = ts.iter().map(C::tensor_len).sum();
+    let grain = threads.grain;
+    threads.run(total, |parallel| {
+        list::<C, S, L>(ts, side, leaf, parallel, grain)
+    });
+}
+
+fn tensor_blocks<C: Step>(t: &C::Tensor<'_>) -> usize {
+    blocks(C::tensor_base(t), C::tensor_len(t))
+}
+
+fn list<C: Step, S: Side, L: Leaf<C, S>>(
+    ts: &mut [C::Tensor<'_>],
+    side: S,
+    leaf: &L,
+    parallel: bool,
+    grain: usize,
+) {
+    let total: usize = ts.iter().map(C::tensor_len).sum();
+    if !parallel || total <= grain || ts.len() <= 1 {
+        // One tensor: maybe cut it; several within one grain: one after the other, here.
+        let mut side = side;
+        for t in ts.iter_mut() {
+            let (mine, rest) = side.cut(tensor_blocks::<C>(t), Some(1));
+            side = rest;
+            if parallel {
+                range::<C, S, L>(C::reborrow(t), mine, leaf, grain);
+            } else {
+                leaf.run(C::reborrow(t), mine);
+            }
+        }
+        return;
+    }
+    // The first tensor boundary at or past half the elements, keeping both halves non-empty.
+    let mut k = 0;
+    let mut acc = 0;
+    while k < ts.len() - 1 && acc < total / 2 {
+        acc += C::tensor_len(&ts[k]);
+        k += 1;
+    }
+    let k = k.max(1);
+    let left_blocks = ts[..k].iter().map(tensor_blocks::<C>).sum();
+    let (sa, sb) = side.cut(left_blocks, Some(k));
+    let (a, b) = ts.split_at_mut(k);
+    rayon_core::join(
+        || list::<C, S, L>(a, sa, leaf, true, grain),
+        || list::<C, S, L>(b, sb, leaf, true, grain),
+    );
+}
+
+fn range<C: Step, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, grain: usize) {
+    let (len, base) = (C::tensor_len(&t), C::tensor_base(&t));
+    // The aligned global index nearest the middle, strictly inside the range.
+    let align = SPLIT_ALIGN as u64;
+    let mid_e = (base + len as u64 / 2) / align * align;
+    let mid_e = if mid_e <= base { mid_e + align } else { mid_e };
+    if len <= grain || mid_e >= base + len as u64 {
+        leaf.run(t, side);
+        return;
+    }
+    let mid = (mid_e - base) as usize;
+    let (sa, sb) = side.cut(blocks(base, mid), None);
+    let (a, b) = C::split_at(t, mid);
+    rayon_core::join(
+        || range::<C, S, L>(a, sa, leaf, grain),
+        || range::<C, S, L>(b, sb, leaf, grain),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_counts() {
+        let b = NORM_BLOCK;
+        assert_eq!(blocks(0, 0), 0);
+        assert_eq!(blocks(0, 1), 1);
+        assert_eq!(blocks(0, b), 1);
+        assert_eq!(blocks(0, b + 1), 2);
+        assert_eq!(blocks(b as u64 - 1, 2), 2);
+        assert_eq!(blocks(b as u64 - 1, 1), 1);
+        assert_eq!(blocks(5, 3 * b), 4);
+    }
+
+    #[test]
+    fn grain_is_rounded_to_the_split_alignment() {
+        assert_eq!(Threads::current().with_grain(1).grain(), SPLIT_ALIGN);
+        assert_eq!(
+            Threads::global().with_grain(SPLIT_ALIGN + 1).grain(),
+            2 * SPLIT_ALIGN
+        );
+        assert_eq!(Threads::global().grain(), DEFAULT_GRAIN);
+    }
+}

@@ -1,0 +1,258 @@
+//! Thread-count invariance: a group step gives the same bits on 1, 2, 3, 4, 7 and 16 threads (and
+//! on the calling thread, and on rayon's global pool), for every backend and optimizer, and the
+//! same bits as stepping each tensor alone. Grains down to one split unit make every tensor above
+//! 2048 elements be cut into pieces.
+
+mod common;
+use common::rng;
+use halfstep::fuzzing::{Case, Kinds, OptimizerStep, TensorData};
+use halfstep::{
+    AdagradConfig, AdamConfig, Backend, Engine, LambConfig, LambTensor, LambWorkspace, Optimizer,
+    Replica, SPLIT_ALIGN, SgdConfig, StepContext, TensorStream, Threads,
+};
+use rand_core::Rng;
+use std::sync::Arc;
+
+const POOL_SIZES: [usize; 6] = [1, 2, 3, 4, 7, 16];
+
+fn pool(threads: usize) -> Arc<rayon_core::ThreadPool> {
+    Arc::new(
+        rayon_core::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// Every way of running a group the tests compare: the calling thread, the global pool, and
+/// pools of every size in [`POOL_SIZES`] with the finest grain and with a middling one.
+fn thread_setups() -> Vec<(String, Threads)> {
+    let mut v = vec![
+        ("current".to_string(), Threads::current()),
+        ("global".to_string(), Threads::global()),
+        (
+            "global, finest grain".to_string(),
+            Threads::global().with_grain(1),
+        ),
+    ];
+    for n in POOL_SIZES {
+        let p = pool(n);
+        v.push((
+            format!("{n} threads, finest grain"),
+            Threads::pool(p.clone()).with_grain(1),
+        ));
+        v.push((
+            format!("{n} threads, grain 3 x {SPLIT_ALIGN}"),
+            Threads::pool(p).with_grain(3 * SPLIT_ALIGN),
+        ));
+    }
+    v
+}
+
+/// (length, index base) of the group's tensors: tiny, odd, straddling norm blocks, several
+/// blocks, one long enough to be cut many times, and two shards of one stream.
+const SHAPES: [(usize, u64, u32); 9] = [
+    (1, 0, 0),
+    (17, 5, 1),
+    (2047, 1, 2),
+    (2049, 2047, 3),
+    (6000, 100, 4),
+    (40_000, 3, 5),
+    (3, 2048 * 7 - 1, 6),
+    (4500, 0, 7),
+    (4500, 4500, 7),
+];
+
+/// A group with a different storage combination per tensor.
+fn group(seed: u64, combo: usize) -> Vec<TensorData> {
+    let mut r = rng(seed);
+    let ctx = StepContext {
+        seed: r.next_u64(),
+        step: 3,
+        replica: Replica::Differing(2),
+    };
+    SHAPES
+        .iter()
+        .enumerate()
+        .map(|(i, &(len, index_base, id))| {
+            let case = Case {
+                len,
+                off: i % 16,
+                ctx,
+                stream: TensorStream { id, index_base },
+            };
+            let mut vals = |scale: f32| -> Vec<f32> {
+                (0..len + case.off)
+                    .map(|_| common::uniform(&mut r, -scale, scale))
+                    .collect()
+            };
+            let (w, g) = (vals(1.0), vals(0.1));
+            let s = [
+                vals(0.01),
+                vals(0.01).iter().map(|x| x.abs()).collect(),
+                vals(0.01).iter().map(|x| x.abs()).collect(),
+            ];
+            TensorData::new(case, Kinds::nth(combo + 37 * i), w, g, s)
+        })
+        .collect()
+}
+
+fn steps() -> Vec<OptimizerStep> {
+    vec![
+        OptimizerStep::Sgd(
+            SgdConfig {
+                lr: 0.1,
+                momentum: 0.9,
+                nesterov: true,
+                weight_decay: 1e-4,
+                ..Default::default()
+            },
+            true,
+        ),
+        OptimizerStep::Sgd(SgdConfig::default(), false),
+        OptimizerStep::Adagrad(AdagradConfig::default()),
+        OptimizerStep::Adam(
+            AdamConfig {
+                amsgrad: true,
+                ..AdamConfig::adam(1e-3)
+            },
+            true,
+        ),
+        OptimizerStep::Adam(AdamConfig::adamw(1e-3), false),
+        OptimizerStep::Lamb(LambConfig::default()),
+        OptimizerStep::Lamb(LambConfig {
+            max_trust_ratio: Some(0.5),
+            weight_decay: 0.0,
+            ..Default::default()
+        }),
+    ]
+}
+
+fn bits(ds: &[TensorData]) -> Vec<Vec<u32>> {
+    ds.iter().map(TensorData::bits).collect()
+}
+
+fn engines() -> Vec<Engine> {
+    for b in halfstep::ALL_BACKENDS {
+        if !b.is_available() {
+            println!("parallel: skipping backend {b}: not available on this CPU/target");
+        }
+    }
+    Backend::available()
+        .into_iter()
+        .map(|b| Engine::new(b).unwrap())
+        .collect()
+}
+
+#[test]
+fn group_steps_are_identical_on_every_thread_count_and_to_single_tensor_steps() {
+    let setups = thread_setups();
+    let reference = Engine::new(Backend::Reference).unwrap();
+    for (k, step) in steps().iter().enumerate() {
+        let data = group(k as u64, 11 * k);
+        // The oracle: each tensor stepped alone, on the reference.
+        let mut alone = data.clone();
+        for d in &mut alone {
+            step.run(reference, d).unwrap();
+        }
+        let expected = bits(&alone);
+        assert_ne!(expected, bits(&data), "{step:?} changed nothing");
+        for e in engines() {
+            for (name, threads) in &setups {
+                let mut got = data.clone();
+                step.run_group(e, &mut got, threads).unwrap();
+                for (t, (g, x)) in bits(&got).iter().zip(&expected).enumerate() {
+                    if let Some(i) = g.iter().zip(x).position(|(a, b)| a != b) {
+                        panic!(
+                            "{step:?} on {} with {name}: tensor {t} ({:?}) differs at word {i}: {:#x} vs {:#x}",
+                            e.backend(),
+                            SHAPES[t],
+                            g[i],
+                            x[i]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// LAMB tensors over a group's buffers, stream `i` for tensor `i`.
+fn lamb_tensors(data: &mut [TensorData]) -> Vec<LambTensor<'_>> {
+    data.iter_mut()
+        .enumerate()
+        .map(|(i, d)| {
+            let (w, g, [m, v, _]) = d.views();
+            LambTensor {
+                weights: w,
+                grads: g,
+                exp_avg: m,
+                exp_avg_sq: v,
+                stream: TensorStream::new(i as u32),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn optimizer_runs_agree_across_pools_over_several_steps() {
+    // Three LAMB steps through `Optimizer` (its own workspace, grown on the first step).
+    let run = |threads: Threads| {
+        let mut data = group(99, 5);
+        let mut opt = Optimizer::new(LambConfig::default(), 7)
+            .unwrap()
+            .with_threads(threads);
+        for _ in 0..3 {
+            let mut ts = lamb_tensors(&mut data);
+            opt.step(&mut ts).unwrap();
+        }
+        bits(&data)
+    };
+    let one = run(Threads::current());
+    for n in POOL_SIZES {
+        assert_eq!(
+            run(Threads::pool(pool(n)).with_grain(1)),
+            one,
+            "{n} threads"
+        );
+    }
+}
+
+#[test]
+fn a_lamb_workspace_that_is_too_small_is_refused_before_any_write() {
+    let mut data = group(3, 0);
+    let before = bits(&data);
+    let e = Engine::new(Backend::Reference).unwrap();
+    let mut ts = lamb_tensors(&mut data);
+    let ctx = StepContext::new(1, 1);
+    let small = LambWorkspace::for_tensors(&ts[..2]);
+    let err = e
+        .step_group(
+            &LambConfig::default(),
+            &ctx,
+            &mut ts,
+            &mut small.clone(),
+            &Threads::current(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, halfstep::Error::WorkspaceTooSmall { tensors: 9, .. }),
+        "{err}"
+    );
+    drop(ts);
+    assert_eq!(bits(&data), before);
+    // The right size works, and fits any smaller group too.
+    let mut ts = lamb_tensors(&mut data);
+    let mut ws = LambWorkspace::for_tensors(&ts);
+    let threads = Threads::current();
+    e.step_group(&LambConfig::default(), &ctx, &mut ts, &mut ws, &threads)
+        .unwrap();
+    e.step_group(
+        &LambConfig::default(),
+        &ctx,
+        &mut ts[3..5],
+        &mut ws,
+        &threads,
+    )
+    .unwrap();
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Markdown tables from benches/parallel.rs's criterion results, for BENCHMARKS.md and notes.
+
+Usage: python3 tools/scaling_table.py [target/criterion]
+Scaling: per optimizer and workload, one row per thread count: median ns per parameter, GB/s
+(B bytes per parameter moved once), the same-traffic copy loop on the same pool, "% roof" (copy
+time / kernel time), the speedup over 1 thread of kernel and copy loop, and their ratio ("scaling
+vs copy": 1.0 means the kernel scales exactly as well as the memory allows).
+Grain: calling thread vs pool per step size.
+"""
+import json, os, sys
+from collections import defaultdict
+
+root = sys.argv[1] if len(sys.argv) > 1 else "target/criterion"
+scal = defaultdict(dict)  # (opt, bytes, workload) -> threads -> {fn: ns/elem}
+grain = defaultdict(dict)  # size -> fn -> ns/elem
+for dirpath, _, files in os.walk(root):
+    if "benchmark.json" not in files or not dirpath.endswith("new"):
+        continue
+    bench = json.load(open(os.path.join(dirpath, "benchmark.json")))
+    est = json.load(open(os.path.join(dirpath, "estimates.json")))
+    group, fn, val = bench["group_id"], bench["function_id"], bench["value_str"]
+    ns = est["median"]["point_estimate"] / bench["throughput"]["Elements"]
+    parts = group.split("/")
+    if parts[0] == "grain":
+        grain[parts[2]][f"{fn} {val}"] = ns
+    elif len(parts) == 3:
+        opt, per, wl = parts
+        scal[(opt, int(per.split("B-")[0]), wl)].setdefault(int(val[:-1]), {})[fn] = ns
+
+def wl_key(w):
+    return (1, 0) if w == "gpt2" else (0, int(w[:-1]) * (1 << 20 if w.endswith("M") else 1 << 10))
+
+if scal:
+    print("| optimizer | workload | threads | ns/param | GB/s | copy loop ns/param | % roof | speedup | copy speedup | scaling vs copy |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+for (opt, nb, wl) in sorted(scal, key=lambda k: (k[0], wl_key(k[2]))):
+    rows = scal[(opt, nb, wl)]
+    base = rows.get(min(rows))
+    for t in sorted(rows):
+        r = rows[t]
+        roof = r.get("copy-roof")
+        k = next((v for f, v in r.items() if f != "copy-roof"), None)
+        if k is None:
+            continue
+        sp = base_k = next((v for f, v in base.items() if f != "copy-roof"), None)
+        speed = base_k / k if base_k else float("nan")
+        cspeed = base["copy-roof"] / roof if roof and "copy-roof" in base else float("nan")
+        print(f"| {opt} | {wl} | {t} | {k:.3f} | {nb / k:.1f} | "
+              + (f"{roof:.3f} | {100 * roof / k:.0f}% | " if roof else "- | - | ")
+              + f"{speed:.2f}x | {cspeed:.2f}x | {speed / cspeed:.2f} |")
+if grain:
+    print()
+    print("| step size | " + " | ".join(sorted(next(iter(grain.values())))) + " |")
+    print("|---" * (1 + len(next(iter(grain.values())))) + "|")
+    for size in sorted(grain, key=lambda s: int(s[:-1])):
+        print(f"| {size} | " + " | ".join(f"{grain[size][f]:.3f} ns" for f in sorted(grain[size])) + " |")
