@@ -6,9 +6,11 @@
 //! How the work is cut (recursively, with `rayon_core::join`, so nothing is allocated):
 //! - a group whose elements add up to at most the grain runs on the calling thread, tensor after
 //!   tensor, without touching the pool (small groups lose more to waking workers than they gain);
-//! - a list of tensors is halved at the tensor boundary nearest half its elements, so small
-//!   tensors stay together and are batched onto one worker;
-//! - a single tensor larger than the grain is halved at a global element index that is a multiple
+//! - otherwise the target piece size is `max(grain / 4, elements / (4 × pool threads))`: about four
+//!   pieces per thread for load balance, none so small that its fixed cost dominates;
+//! - a list of tensors larger than a piece is halved at the tensor boundary nearest half its
+//!   elements, so small tensors stay together and are batched onto one worker;
+//! - a single tensor larger than a piece is halved at a global element index that is a multiple
 //!   of [`SPLIT_ALIGN`] (a LAMB norm block: a whole number of RNG groups and of cache lines).
 
 use std::sync::Arc;
@@ -22,9 +24,9 @@ use crate::reference::norm::NORM_BLOCK;
 /// 16 RNG groups, 128 cache lines of f32 (or 64 of bf16).
 pub const SPLIT_ALIGN: usize = NORM_BLOCK;
 
-/// The default grain: groups of at most this many elements stay on the calling thread, and no
-/// piece given to a worker is larger. Chosen by benchmark (BENCHMARKS.md, "grain"): below about
-/// 64K elements a step costs less than handing it to another thread.
+/// The default grain: groups of at most this many elements stay on the calling thread. Chosen by
+/// benchmark (BENCHMARKS.md, "Grain"): on 16 cores the pool wins from 32K–64K elements, on the
+/// 2-core development VM from 128K–256K; 64K is the compromise.
 pub const DEFAULT_GRAIN: usize = 64 * 1024;
 
 #[derive(Clone, Debug)]
@@ -84,8 +86,10 @@ impl Threads {
         }
     }
 
-    /// The same pool with another grain (elements; rounded up to a multiple of [`SPLIT_ALIGN`]).
-    /// Finer grains spread small groups over more threads at a higher fixed cost per piece.
+    /// The same pool with another grain (elements; rounded up to a multiple of [`SPLIT_ALIGN`]):
+    /// groups up to this size stay on the calling thread, and pieces are at least a quarter of
+    /// it. Finer grains spread small groups over more threads at a higher fixed cost per piece;
+    /// `with_grain(1)` cuts every tensor at every [`SPLIT_ALIGN`] boundary it can.
     pub fn with_grain(self, elements: usize) -> Threads {
         Threads {
             grain: elements.max(1).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN,
@@ -98,17 +102,25 @@ impl Threads {
         self.grain
     }
 
-    /// Runs `f` with `parallel` telling it whether it may fork: on the calling thread for
+    /// Runs `f` with the piece size to cut at: `None` (do not fork) on the calling thread for
     /// [`Threads::current`] or a group within one grain, else inside the pool.
-    pub(crate) fn run<R: Send>(&self, elements: usize, f: impl FnOnce(bool) -> R + Send) -> R {
+    pub(crate) fn run<R: Send>(
+        &self,
+        elements: usize,
+        f: impl FnOnce(Option<usize>) -> R + Send,
+    ) -> R {
         if elements <= self.grain {
-            return f(false);
+            return f(None);
         }
+        let piece = |threads: usize| {
+            let p = (self.grain / 4).max(elements.div_ceil(4 * threads.max(1)));
+            Some(p.div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN)
+        };
         match &self.pool {
-            Pool::Current => f(false),
+            Pool::Current => f(None),
             // `join` from outside a pool runs in the global one.
-            Pool::Global => f(true),
-            Pool::Caller(p) => p.install(|| f(true)),
+            Pool::Global => f(piece(rayon_core::current_num_threads())),
+            Pool::Caller(p) => p.install(|| f(piece(p.current_num_threads()))),
         }
     }
 }
@@ -166,9 +178,9 @@ pub(crate) fn for_group<C: Step, S: Side, L: Leaf<C, S>>(
     leaf: &L,
 ) {
     let total: usize = ts.iter().map(C::tensor_len).sum();
-    let grain = threads.grain;
-    threads.run(total, |parallel| {
-        list::<C, S, L>(ts, side, leaf, parallel, grain)
+    threads.run(total, |piece| match piece {
+        Some(piece) => list::<C, S, L>(ts, side, leaf, true, piece),
+        None => list::<C, S, L>(ts, side, leaf, false, usize::MAX),
     });
 }
 
@@ -181,17 +193,17 @@ fn list<C: Step, S: Side, L: Leaf<C, S>>(
     side: S,
     leaf: &L,
     parallel: bool,
-    grain: usize,
+    piece: usize,
 ) {
     let total: usize = ts.iter().map(C::tensor_len).sum();
-    if !parallel || total <= grain || ts.len() <= 1 {
+    if !parallel || total <= piece || ts.len() <= 1 {
         // One tensor: maybe cut it; several within one grain: one after the other, here.
         let mut side = side;
         for t in ts.iter_mut() {
             let (mine, rest) = side.cut(tensor_blocks::<C>(t), Some(1));
             side = rest;
             if parallel {
-                range::<C, S, L>(C::reborrow(t), mine, leaf, grain);
+                range::<C, S, L>(C::reborrow(t), mine, leaf, piece);
             } else {
                 leaf.run(C::reborrow(t), mine);
             }
@@ -210,18 +222,18 @@ fn list<C: Step, S: Side, L: Leaf<C, S>>(
     let (sa, sb) = side.cut(left_blocks, Some(k));
     let (a, b) = ts.split_at_mut(k);
     rayon_core::join(
-        || list::<C, S, L>(a, sa, leaf, true, grain),
-        || list::<C, S, L>(b, sb, leaf, true, grain),
+        || list::<C, S, L>(a, sa, leaf, true, piece),
+        || list::<C, S, L>(b, sb, leaf, true, piece),
     );
 }
 
-fn range<C: Step, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, grain: usize) {
+fn range<C: Step, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, piece: usize) {
     let (len, base) = (C::tensor_len(&t), C::tensor_base(&t));
     // The aligned global index nearest the middle, strictly inside the range.
     let align = SPLIT_ALIGN as u64;
     let mid_e = (base + len as u64 / 2) / align * align;
     let mid_e = if mid_e <= base { mid_e + align } else { mid_e };
-    if len <= grain || mid_e >= base + len as u64 {
+    if len <= piece || mid_e >= base + len as u64 {
         leaf.run(t, side);
         return;
     }
@@ -229,8 +241,8 @@ fn range<C: Step, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, g
     let (sa, sb) = side.cut(blocks(base, mid), None);
     let (a, b) = C::split_at(t, mid);
     rayon_core::join(
-        || range::<C, S, L>(a, sa, leaf, grain),
-        || range::<C, S, L>(b, sb, leaf, grain),
+        || range::<C, S, L>(a, sa, leaf, piece),
+        || range::<C, S, L>(b, sb, leaf, piece),
     );
 }
 

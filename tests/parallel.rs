@@ -1,7 +1,7 @@
 //! Thread-count invariance: a group step gives the same bits on 1, 2, 3, 4, 7 and 16 threads (and
 //! on the calling thread, and on rayon's global pool), for every backend and optimizer, and the
-//! same bits as stepping each tensor alone. Grains down to one split unit make every tensor above
-//! 2048 elements be cut into pieces.
+//! same bits as stepping each tensor alone. With the finest grain, pools of several threads cut
+//! the larger tensors at many 2048-element boundaries (pieces of about elements / (4 × threads)).
 
 mod common;
 use common::rng;

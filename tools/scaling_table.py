@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Markdown tables from benches/parallel.rs's criterion results, for BENCHMARKS.md and notes.
 
-Usage: python3 tools/scaling_table.py [target/criterion]
+Usage: python3 tools/scaling_table.py [target/criterion | results.txt]
+(results.txt: lines "<group>/<function>/<value> <time> <unit>", as printed on a machine where
+criterion's files could not be kept: the point estimate criterion prints.)
 Scaling: per optimizer and workload, one row per thread count: median ns per parameter, GB/s
 (B bytes per parameter moved once), the same-traffic copy loop on the same pool, "% roof" (copy
 time / kernel time), the speedup over 1 thread of kernel and copy loop, and their ratio ("scaling
@@ -14,13 +16,35 @@ from collections import defaultdict
 root = sys.argv[1] if len(sys.argv) > 1 else "target/criterion"
 scal = defaultdict(dict)  # (opt, bytes, workload) -> threads -> {fn: ns/elem}
 grain = defaultdict(dict)  # size -> fn -> ns/elem
-for dirpath, _, files in os.walk(root):
-    if "benchmark.json" not in files or not dirpath.endswith("new"):
-        continue
-    bench = json.load(open(os.path.join(dirpath, "benchmark.json")))
-    est = json.load(open(os.path.join(dirpath, "estimates.json")))
-    group, fn, val = bench["group_id"], bench["function_id"], bench["value_str"]
-    ns = est["median"]["point_estimate"] / bench["throughput"]["Elements"]
+UNITS = {"ns": 1, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+def gpt2_params():
+    d, vocab, ctx = 768, 50257, 1024
+    return vocab * d + ctx * d + 12 * (d + d + 3 * d * d + 3 * d + d * d + d + d + d + 4 * d * d + 4 * d + 4 * d * d + d) + 2 * d
+
+def elements(workload):
+    if workload == "gpt2":
+        return gpt2_params()
+    return int(workload[:-1]) * (1 << 20 if workload.endswith("M") else 1 << 10)
+
+def results():
+    if os.path.isfile(root):
+        for line in open(root):
+            name, t, unit = line.split()
+            parts = name.split("/")
+            group, fn, val = "/".join(parts[:-2]), parts[-2], parts[-1]
+            wl = parts[2]
+            yield group, fn, val, float(t) * UNITS[unit] / elements(wl)
+        return
+    for dirpath, _, files in os.walk(root):
+        if "benchmark.json" not in files or not dirpath.endswith("new"):
+            continue
+        bench = json.load(open(os.path.join(dirpath, "benchmark.json")))
+        est = json.load(open(os.path.join(dirpath, "estimates.json")))
+        yield (bench["group_id"], bench["function_id"], bench["value_str"],
+               est["median"]["point_estimate"] / bench["throughput"]["Elements"])
+
+for group, fn, val, ns in results():
     parts = group.split("/")
     if parts[0] == "grain":
         grain[parts[2]][f"{fn} {val}"] = ns
