@@ -28,11 +28,14 @@
 //! ```
 
 // Unsafe code lives only in `arch` (intrinsics), `kernels` (raw pointers inside the chunk
-// driver) and `dispatch` (calling target-feature entry points after detection).
+// driver), `dispatch` (calling target-feature entry points after detection) and `capi` (slices
+// from the caller's checked pointers).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod arch;
+#[cfg(feature = "capi")]
+pub mod capi;
 pub mod convert;
 mod dispatch;
 mod error;

@@ -7,14 +7,25 @@ use halfstep::{
     convert,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 struct Counting;
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+/// Counting is on (only inside `allocations`).
+static MEASURING: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// This thread's allocations count while measuring: the measuring thread, and the workers of
+    /// the pools the tests build. Other threads (the test harness starting the next test) do not.
+    static COUNTED: Cell<bool> = const { Cell::new(false) };
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        if MEASURING.load(Ordering::SeqCst) && COUNTED.with(Cell::get) {
+            ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        }
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -25,15 +36,23 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Runs `f` and returns how many allocations it made.
+/// Tests that measure take this lock, so that one test's pool workers never count in another's.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `f` and returns how many allocations it (and any counted pool worker) made.
 fn allocations(f: impl FnOnce()) -> usize {
+    COUNTED.with(|c| c.set(true));
     let before = ALLOCATIONS.load(Ordering::SeqCst);
+    MEASURING.store(true, Ordering::SeqCst);
     f();
+    MEASURING.store(false, Ordering::SeqCst);
+    COUNTED.with(|c| c.set(false));
     ALLOCATIONS.load(Ordering::SeqCst) - before
 }
 
 #[test]
 fn optimizer_steps_and_conversions_do_not_allocate() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const N: usize = 4096;
     let grads: Vec<f32> = (0..N).map(|i| (i as f32).sin()).collect();
     let mut w = vec![bf16::ONE; N];
@@ -130,15 +149,25 @@ fn optimizer_steps_and_conversions_do_not_allocate() {
 
 #[test]
 fn parallel_steps_allocate_nothing_of_their_own() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // On a pool, the pieces are forked with `join` (stack jobs, no allocation); rayon's queues
     // may still grow a block now and then. Print what a run of steps costs.
     const N: usize = 1 << 18;
-    let pool = std::sync::Arc::new(
-        rayon_core::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap(),
-    );
+    // Kept for the whole process: a dropped pool's threads would allocate while exiting, inside
+    // another test's count.
+    static POOL: std::sync::OnceLock<std::sync::Arc<rayon_core::ThreadPool>> =
+        std::sync::OnceLock::new();
+    let pool = POOL
+        .get_or_init(|| {
+            std::sync::Arc::new(
+                rayon_core::ThreadPoolBuilder::new()
+                    .num_threads(2)
+                    .start_handler(|_| COUNTED.with(|c| c.set(true)))
+                    .build()
+                    .unwrap(),
+            )
+        })
+        .clone();
     let grads: Vec<f32> = (0..N).map(|i| (i as f32).sin()).collect();
     let (mut w, mut m, mut v) = (vec![0.5f32; N], vec![0.0f32; N], vec![0.0f32; N]);
     let mut lamb = Optimizer::new(LambConfig::default(), 1)
@@ -171,4 +200,55 @@ fn parallel_steps_allocate_nothing_of_their_own() {
     let n = allocations(|| (0..100).for_each(|_| step(&mut lamb)));
     println!("100 parallel LAMB steps: {n} allocations");
     assert!(n <= 10, "{n} allocations in 100 parallel steps");
+}
+
+#[test]
+fn c_abi_steps_do_not_allocate() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    use halfstep::capi::*;
+    const N: usize = 4096;
+    let grads: Vec<f32> = (0..N).map(|i| (i as f32).cos()).collect();
+    let (mut w, mut m) = (vec![0.5f32; N], vec![0.0f32; N]);
+    let threads = hs_threads_new(1);
+    let buf = |kind, data: *mut f32| hs_buffer {
+        kind,
+        rounding: HS_STOCHASTIC,
+        data: data.cast(),
+        trail: std::ptr::null_mut(),
+    };
+    let mut t = hs_tensor {
+        len: N,
+        weights: buf(HS_F32, w.as_mut_ptr()),
+        grads: buf(HS_F32, grads.as_ptr().cast_mut()),
+        state: [
+            buf(HS_F32, m.as_mut_ptr()),
+            buf(HS_F32, std::ptr::null_mut()),
+            buf(HS_F32, std::ptr::null_mut()),
+        ],
+        stream_id: 0,
+        index_base: 0,
+    };
+    let cfg = hs_sgd_config {
+        lr: 0.1,
+        momentum: 0.9,
+        dampening: 0.0,
+        weight_decay: 0.0,
+        nesterov: 0,
+        maximize: 0,
+    };
+    let ctx = |step| hs_step_context {
+        seed: 1,
+        step,
+        replica: HS_REPLICA_IDENTICAL,
+    };
+    // The first call on a thread may set up thread-locals.
+    unsafe { hs_sgd_step(&cfg, &ctx(1), &mut t, 1, threads) };
+    let n = allocations(|| {
+        for step in 2..10 {
+            let st = unsafe { hs_sgd_step(&cfg, &ctx(step), &mut t, 1, threads) };
+            assert_eq!(st, hs_status::HS_OK);
+        }
+    });
+    unsafe { hs_threads_free(threads) };
+    assert_eq!(n, 0, "C ABI steps allocated {n} times");
 }
