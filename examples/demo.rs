@@ -7,7 +7,8 @@
 //! lost by nearest-even, so it stops improving; stochastic rounding keeps them in expectation,
 //! and the split layout keeps them exactly.
 //!
-//! `cargo run --release --example demo`
+//! `cargo run --release --example demo` (also writes the loss curves to `target/demo_loss.svg`, or to
+//! the path given as the first argument).
 
 use halfstep::{
     Grads, Optimizer, PhiloxRng, Rounding, SgdConfig, SgdTensor, State, TensorStream, Weights, bf16,
@@ -186,4 +187,75 @@ fn main() {
         "\nbf16 nearest-even loses every update smaller than half a bf16 ulp and stalls;\n\
          stochastic rounding keeps them in expectation and Split-SGD keeps them exactly."
     );
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "target/demo_loss.svg".into());
+    match std::fs::write(&path, loss_svg(&runs)) {
+        Ok(()) => println!("\nloss curves: {path}"),
+        Err(e) => eprintln!("could not write {path}: {e}"),
+    }
+}
+
+/// The loss curves as an SVG line chart: log10 loss against step, one polyline per storage.
+#[allow(dead_code)] // as `main`
+fn loss_svg(runs: &[Vec<f64>]) -> String {
+    let (w, h, m) = (720.0, 420.0, 60.0);
+    let steps = runs[0].len() - 1;
+    let (lo, hi) = (-12.0f64, 2.0f64); // log10 loss range shown
+    let x = |i: usize| m + (w - 2.0 * m) * i as f64 / steps as f64;
+    let y = |l: f64| {
+        let v = l.max(1e-300).log10().clamp(lo, hi);
+        h - m - (h - 2.0 * m) * (v - lo) / (hi - lo)
+    };
+    let colors = ["#222222", "#d62728", "#1f77b4", "#2ca02c"];
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{m}\" y=\"24\" font-size=\"15\">halfstep demo: loss (MSE/2, log scale) by weight storage</text>\n"
+    );
+    for e in (lo as i32..=hi as i32).step_by(2) {
+        let yy = y(10f64.powi(e));
+        svg += &format!(
+            "<line x1=\"{m}\" x2=\"{}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/>\
+             <text x=\"8\" y=\"{:.1}\">1e{e}</text>\n",
+            w - m,
+            yy + 4.0
+        );
+    }
+    for k in 0..=6 {
+        let i = steps * k / 6;
+        svg += &format!(
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{i}</text>\n",
+            x(i),
+            h - m + 18.0
+        );
+    }
+    svg += &format!(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">step</text>\n",
+        w / 2.0,
+        h - 12.0
+    );
+    for (r, (s, c)) in runs.iter().zip(STORAGES.iter().zip(colors)) {
+        let pts: Vec<String> = r
+            .iter()
+            .enumerate()
+            .step_by((steps / 600).max(1))
+            .map(|(i, &l)| format!("{:.1},{:.1}", x(i), y(l)))
+            .collect();
+        svg += &format!(
+            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.6\" points=\"{}\"/>\n",
+            pts.join(" ")
+        );
+        let ly = 44.0 + 16.0 * STORAGES.iter().position(|t| t == s).unwrap_or(0) as f64;
+        svg += &format!(
+            "<line x1=\"{}\" x2=\"{}\" y1=\"{ly}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"3\"/>\
+             <text x=\"{}\" y=\"{}\">{}</text>\n",
+            w - 200.0,
+            w - 180.0,
+            w - 174.0,
+            ly + 4.0,
+            s.name()
+        );
+    }
+    svg + "</svg>\n"
 }

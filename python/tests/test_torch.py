@@ -1,0 +1,192 @@
+"""halfstep's PyTorch optimizers against the real framework.
+
+Run: HALFSTEP_LIB=target/release/libhalfstep.so python -m unittest discover -s python/tests -v
+(after `cargo build --release --features capi`; `.ci/run` does both in a virtualenv with torch).
+"""
+
+import copy
+import os
+import socket
+import sys
+import unittest
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import halfstep  # noqa: E402
+
+torch.set_num_threads(1)
+
+# fp32 parity tolerance: halfstep fuses each update with FMAs (SPEC.md §6) where PyTorch's foreach
+# path rounds every operation, so parameters drift apart by a few f32 ulps per step; after 200
+# steps they agree to 2e-5 absolute (the parameters are O(0.1-1)).
+PARITY_ATOL = 2e-5
+
+
+def data(seed=0, n=256, d=16):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    w = torch.randn(d, 1, generator=g)
+    y = torch.tanh(x @ w) + 0.01 * torch.randn(n, 1, generator=g)
+    return x, y
+
+
+def mlp(seed=0, dtype=torch.float32):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)).to(dtype)
+
+
+def train(model, opt, steps, x, y):
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x.to(next(model.parameters()).dtype)).float(), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+class Fp32Parity(unittest.TestCase):
+    """fp32 weights and states: the same trajectory as torch.optim's own optimizers."""
+
+    def check(self, make_torch, make_ours):
+        x, y = data()
+        a, b = mlp(), mlp()
+        la = train(a, make_torch(a.parameters()), 200, x, y)
+        lb = train(b, make_ours(b.parameters()), 200, x, y)
+        for pa, pb in zip(a.parameters(), b.parameters()):
+            torch.testing.assert_close(pb, pa, atol=PARITY_ATOL, rtol=0)
+        self.assertLess(lb[-1], 0.5 * lb[0], "the model did not train")
+        self.assertAlmostEqual(la[-1], lb[-1], delta=1e-5)
+
+    def test_sgd(self):
+        kw = dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4)
+        self.check(lambda p: torch.optim.SGD(p, **kw), lambda p: halfstep.SGD(p, **kw))
+
+    def test_adagrad(self):
+        kw = dict(lr=0.05, weight_decay=1e-4, initial_accumulator_value=0.1)
+        self.check(lambda p: torch.optim.Adagrad(p, **kw), lambda p: halfstep.Adagrad(p, **kw))
+
+    def test_adamw(self):
+        kw = dict(lr=1e-2, betas=(0.9, 0.99), weight_decay=0.05)
+        self.check(lambda p: torch.optim.AdamW(p, **kw), lambda p: halfstep.AdamW(p, **kw))
+
+    def test_adam_amsgrad(self):
+        kw = dict(lr=1e-2, weight_decay=1e-3, amsgrad=True)
+        self.check(lambda p: torch.optim.Adam(p, **kw), lambda p: halfstep.Adam(p, **kw))
+
+
+class Bf16Rounding(unittest.TestCase):
+    """bf16 weights: stochastic rounding tracks fp32, round-to-nearest stalls once updates fall
+    under half a bf16 ulp (the demo's effect, through PyTorch)."""
+
+    def test_sr_tracks_fp32_and_nearest_stalls(self):
+        torch.manual_seed(1)
+        x = torch.randn(512, 8)
+        w_true = torch.randn(8, 1)
+        y = x @ w_true
+
+        def run(weights, rounding="stochastic"):
+            torch.manual_seed(2)
+            lin = torch.nn.Linear(8, 1, bias=False)
+            lin.weight.data.mul_(0.1)
+            if weights == "bf16":
+                lin = lin.to(torch.bfloat16)
+            opt = halfstep.SGD(lin.parameters(), lr=2e-3, momentum=0.9, weights=weights, rounding=rounding,
+                               seed=5)
+            return train(lin, opt, 1500, x, y)[-1]
+
+        fp32, sr, nearest = run("fp32"), run("bf16"), run("bf16", "nearest")
+        # SR converges with fp32 to bf16's resolution; nearest-even stops far above it.
+        self.assertLess(sr, 1e-3, f"SR loss {sr}")
+        self.assertLess(fp32, 1e-6, f"fp32 loss {fp32}")
+        self.assertGreater(nearest, 20 * sr, f"nearest {nearest} vs SR {sr}")
+
+
+class StateDict(unittest.TestCase):
+    def test_round_trip_continues_bit_for_bit(self):
+        x, y = data(3)
+        for weights, states, make in [("split", "fp32", halfstep.AdamW), ("bf16", "bf16", halfstep.LAMB),
+                                      ("fp32", "bf16", halfstep.Adagrad), ("split", "bf16", halfstep.SGD)]:
+            kw = dict(lr=1e-2, weights=weights, states=states, seed=11)
+            if make is halfstep.SGD:
+                kw["momentum"] = 0.9
+            dtype = torch.float32 if weights == "fp32" else torch.bfloat16
+            a = mlp(4, dtype)
+            opt = make(a.parameters(), **kw)
+            train(a, opt, 10, x, y)
+            saved_model = {k: v.clone() for k, v in a.state_dict().items()}
+            saved_opt = copy.deepcopy(opt.state_dict())  # state_dict() shares the live tensors
+            train(a, opt, 10, x, y)
+            b = mlp(5, dtype)
+            b.load_state_dict(saved_model)
+            opt_b = make(b.parameters(), **kw)
+            opt_b.load_state_dict(saved_opt)
+            train(b, opt_b, 10, x, y)
+            for pa, pb in zip(a.parameters(), b.parameters()):
+                self.assertTrue(torch.equal(pa.view(torch.int16), pb.view(torch.int16))
+                                if dtype == torch.bfloat16 else torch.equal(pa, pb),
+                                f"{make.__name__} {weights}/{states} diverged after resuming")
+            if weights == "split":
+                trails = [opt.state[p]["trail"] for p in a.parameters()]
+                self.assertTrue(any(t.abs().sum() > 0 for t in trails), "trails never written")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank, port, out):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = mlp(7, torch.bfloat16)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    # Identical stream: every replica rounds its weight update with the same bits.
+    opt = halfstep.AdamW(ddp.parameters(), lr=1e-2, weights="bf16", states="bf16", seed=123)
+    x, y = data(10 + rank)  # each rank its own batch; DDP averages the gradients
+    train(ddp, opt, 50, x, y)
+    # Bit patterns, widened to int32 (gloo cannot gather int16).
+    flat = torch.cat([p.detach().view(torch.int16).flatten() for p in model.parameters()]).to(torch.int32)
+    gathered = [torch.empty_like(flat) for _ in range(2)]
+    dist.all_gather(gathered, flat)
+    # Differing streams: the same activations rounded with each replica's own bits.
+    act = torch.linspace(-1, 1, 4096) * 0.123456
+    mine = halfstep.round_to_bf16(act, seed=123, step=1, replica=rank).view(torch.int16).to(torch.int32)
+    shared = halfstep.round_to_bf16(act, seed=123, step=1).view(torch.int16).to(torch.int32)
+    acts = [torch.empty_like(mine) for _ in range(2)]
+    dist.all_gather(acts, mine)
+    shareds = [torch.empty_like(shared) for _ in range(2)]
+    dist.all_gather(shareds, shared)
+    if rank == 0:
+        out.put((torch.equal(gathered[0], gathered[1]), int((gathered[0] != 0).sum()),
+                 torch.equal(acts[0], acts[1]), torch.equal(shareds[0], shareds[1])))
+    dist.destroy_process_group()
+
+
+class Replicas(unittest.TestCase):
+    def test_ddp_identical_weights_and_differing_activation_rounding(self):
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        port = _free_port()
+        procs = [ctx.Process(target=_ddp_worker, args=(r, port, out)) for r in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=300)
+        self.assertEqual([p.exitcode for p in procs], [0, 0], "a DDP worker failed (its traceback is above)")
+        result = out.get(timeout=10)
+        weights_equal, nonzero, acts_equal, shared_equal = result
+        self.assertTrue(weights_equal, "replicas' bf16 weights differ after 50 DDP steps")
+        self.assertGreater(nonzero, 0)
+        self.assertFalse(acts_equal, "differing replica streams rounded identically")
+        self.assertTrue(shared_equal, "the identical stream rounded differently on two replicas")
+
+
+if __name__ == "__main__":
+    unittest.main()
