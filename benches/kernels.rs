@@ -282,5 +282,53 @@ fn benches(c: &mut Criterion) {
     });
 }
 
-criterion_group!(kernels, benches);
+/// The quantizers (reference implementation on every backend for now): fp8 E4M3 and NVFP4 /
+/// MXFP4, nearest and stochastic, next to a copy loop moving the same bytes (4 read, 1 written
+/// per element, rounding the packed fp4 bytes plus scales up to 1).
+fn quantizers(c: &mut Criterion) {
+    use halfstep::quant;
+    let ctx = StepContext::new(7, 3);
+    let stream = TensorStream::new(1);
+    for n in sizes() {
+        let src = data(n);
+        for (mode, r) in [
+            ("nearest", Rounding::NearestEven),
+            ("stochastic", Rounding::Stochastic),
+        ] {
+            let mut g = c.benchmark_group(format!("quant_{mode}/5B-per-elem"));
+            g.throughput(Throughput::Elements(n as u64));
+            g.sample_size(10)
+                .warm_up_time(Duration::from_millis(300))
+                .measurement_time(Duration::from_secs(1));
+            let mut copy = CopyLoop::new(n, 4, 1);
+            g.bench_function(BenchmarkId::new("copy-roof", label(n)), |b| {
+                b.iter(|| copy.run())
+            });
+            let mut codes = vec![0u8; n];
+            g.bench_function(BenchmarkId::new("e4m3/reference", label(n)), |b| {
+                b.iter(|| {
+                    quant::f32_to_fp8(&src, &mut codes, quant::Fp8::E4M3, r, &ctx, &stream).unwrap()
+                })
+            });
+            let (mut packed, mut scales) = (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(16)]);
+            let pts = quant::nvfp4_tensor_scale(&src).unwrap();
+            g.bench_function(BenchmarkId::new("nvfp4/reference", label(n)), |b| {
+                b.iter(|| {
+                    quant::quantize_nvfp4(&src, pts, &mut packed, &mut scales, r, &ctx, &stream)
+                        .unwrap()
+                })
+            });
+            let mut mx_scales = vec![0u8; n.div_ceil(32)];
+            g.bench_function(BenchmarkId::new("mxfp4/reference", label(n)), |b| {
+                b.iter(|| {
+                    quant::quantize_mxfp4(&src, &mut packed, &mut mx_scales, r, &ctx, &stream)
+                        .unwrap()
+                })
+            });
+            g.finish();
+        }
+    }
+}
+
+criterion_group!(kernels, benches, quantizers);
 criterion_main!(kernels);

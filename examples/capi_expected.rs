@@ -1,6 +1,7 @@
 //! The values the C smoke test (`tests/c/smoke.c`) must reproduce through the C ABI: three steps
 //! of each optimizer on small deterministic tensors, run here through the Rust API on the
-//! reference backend. One line per optimizer: its name, then every output word in hex.
+//! reference backend, then NVFP4 and fp8 E4M3 quantization of the same weights with stochastic
+//! rounding. One line per case: its name, then every output word in hex.
 //!
 //! `cargo run --example capi_expected > target/capi_expected.txt`
 
@@ -162,4 +163,38 @@ fn main() {
         hex32(&m),
         hex32(&v)
     );
+
+    // NVFP4 and E4M3, stochastic, streams 5 and 6, of values with bits below every quantum.
+    let w: Vec<f32> = (0..N).map(|i| ((i % 13) as f32 - 6.0) * 0.0371).collect();
+    let ctx = StepContext::new(SEED, 1);
+    let pts = halfstep::quant::nvfp4_tensor_scale(&w).unwrap();
+    let (mut packed, mut scales) = (vec![0u8; N.div_ceil(2)], vec![0u8; N.div_ceil(16)]);
+    halfstep::quant::quantize_nvfp4(
+        &w,
+        pts,
+        &mut packed,
+        &mut scales,
+        Rounding::Stochastic,
+        &ctx,
+        &stream(5),
+    )
+    .unwrap();
+    let bytes = |b: &[u8]| -> String { b.iter().map(|x| format!(" {x:02x}")).collect() };
+    println!(
+        "nvfp4 {:08x}{}{}",
+        pts.to_bits(),
+        bytes(&packed),
+        bytes(&scales)
+    );
+    let mut codes = vec![0u8; N];
+    halfstep::quant::f32_to_fp8(
+        &w,
+        &mut codes,
+        halfstep::quant::Fp8::E4M3,
+        Rounding::Stochastic,
+        &ctx,
+        &stream(6),
+    )
+    .unwrap();
+    println!("e4m3{}", bytes(&codes));
 }

@@ -30,6 +30,12 @@
 // `hs_step_context.replica` for bits shared by every replica.
 #define HS_REPLICA_IDENTICAL UINT32_MAX
 
+// `hs_f32_to_fp8` / `hs_fp8_to_f32` format: E4M3 (`e4m3fn`).
+#define HS_E4M3 0
+
+// fp8 E5M2.
+#define HS_E5M2 1
+
 // What a call returned.
 typedef enum {
   // Success.
@@ -240,6 +246,55 @@ hs_status hs_fill_element_bits(const hs_step_context *ctx,
                                uint32_t purpose,
                                uint16_t *out,
                                size_t len);
+
+// f32 -> fp8 codes (SPEC.md §4.5; overflow saturates), stochastic bits as `hs_f32_to_16`.
+hs_status hs_f32_to_fp8(const float *src,
+                        uint8_t *dst,
+                        size_t len,
+                        uint32_t format,
+                        uint32_t rounding_mode,
+                        const hs_step_context *ctx,
+                        uint32_t stream_id,
+                        uint64_t index_base);
+
+// fp8 codes -> f32, exact.
+hs_status hs_fp8_to_f32(const uint8_t *src, float *dst, size_t len, uint32_t format);
+
+// NVFP4's per-tensor scale of `src` into `*out` (`amax / 2688`; 1 for all zeros).
+hs_status hs_nvfp4_tensor_scale(const float *src, size_t len, float *out);
+
+// NVFP4-quantizes `len` floats (SPEC.md §4.7): `packed` gets `ceil(len / 2)` bytes, `scales`
+// `ceil(len / 16)` E4M3 codes.
+hs_status hs_quantize_nvfp4(const float *src,
+                            size_t len,
+                            float tensor_scale,
+                            uint8_t *packed,
+                            uint8_t *scales,
+                            uint32_t rounding_mode,
+                            const hs_step_context *ctx,
+                            uint32_t stream_id,
+                            uint64_t index_base);
+
+// NVFP4 -> `len` floats.
+hs_status hs_dequantize_nvfp4(const uint8_t *packed,
+                              const uint8_t *scales,
+                              float tensor_scale,
+                              float *dst,
+                              size_t len);
+
+// MXFP4-quantizes `len` floats (SPEC.md §4.7): `packed` gets `ceil(len / 2)` bytes, `scales`
+// `ceil(len / 32)` E8M0 codes.
+hs_status hs_quantize_mxfp4(const float *src,
+                            size_t len,
+                            uint8_t *packed,
+                            uint8_t *scales,
+                            uint32_t rounding_mode,
+                            const hs_step_context *ctx,
+                            uint32_t stream_id,
+                            uint64_t index_base);
+
+// MXFP4 -> `len` floats.
+hs_status hs_dequantize_mxfp4(const uint8_t *packed, const uint8_t *scales, float *dst, size_t len);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -44,6 +44,7 @@ pub mod fuzzing;
 mod kernels;
 pub mod optim;
 mod parallel;
+pub mod quant;
 pub mod reference;
 pub mod rng;
 mod storage;

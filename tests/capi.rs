@@ -379,3 +379,135 @@ fn every_bad_argument_is_refused_before_any_write() {
     assert_eq!(sgd(&mut d, SGD, ctx()), HS_OK);
     assert_eq!(last_error(), "");
 }
+
+#[test]
+fn quantizers_match_the_rust_api() {
+    let x: Vec<f32> = (0..100)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.07)
+        .collect();
+    let c = ctx();
+    let s = TensorStream {
+        id: 4,
+        index_base: 9,
+    };
+    let rc = rust_ctx();
+    // fp8 E5M2, stochastic.
+    let (mut a, mut b) = (vec![0u8; 100], vec![0u8; 100]);
+    let st = unsafe {
+        hs_f32_to_fp8(
+            x.as_ptr(),
+            a.as_mut_ptr(),
+            100,
+            HS_E5M2,
+            HS_STOCHASTIC,
+            &c,
+            4,
+            9,
+        )
+    };
+    assert_eq!(st, HS_OK, "{}", last_error());
+    halfstep::quant::f32_to_fp8(
+        &x,
+        &mut b,
+        halfstep::quant::Fp8::E5M2,
+        halfstep::Rounding::Stochastic,
+        &rc,
+        &s,
+    )
+    .unwrap();
+    assert_eq!(a, b);
+    // NVFP4 and MXFP4, stochastic, and back.
+    let mut pts = 0f32;
+    assert_eq!(
+        unsafe { hs_nvfp4_tensor_scale(x.as_ptr(), 100, &mut pts) },
+        HS_OK
+    );
+    assert_eq!(pts, halfstep::quant::nvfp4_tensor_scale(&x).unwrap());
+    let (mut pa, mut sa, mut pb, mut sb) =
+        (vec![0u8; 50], vec![0u8; 7], vec![0u8; 50], vec![0u8; 7]);
+    let st = unsafe {
+        hs_quantize_nvfp4(
+            x.as_ptr(),
+            100,
+            pts,
+            pa.as_mut_ptr(),
+            sa.as_mut_ptr(),
+            HS_STOCHASTIC,
+            &c,
+            4,
+            9,
+        )
+    };
+    assert_eq!(st, HS_OK, "{}", last_error());
+    halfstep::quant::quantize_nvfp4(
+        &x,
+        pts,
+        &mut pb,
+        &mut sb,
+        halfstep::Rounding::Stochastic,
+        &rc,
+        &s,
+    )
+    .unwrap();
+    assert_eq!((&pa, &sa), (&pb, &sb));
+    let mut back = vec![0f32; 100];
+    assert_eq!(
+        unsafe { hs_dequantize_nvfp4(pa.as_ptr(), sa.as_ptr(), pts, back.as_mut_ptr(), 100) },
+        HS_OK
+    );
+    let mut want = vec![0f32; 100];
+    halfstep::quant::dequantize_nvfp4(&pb, &sb, pts, &mut want).unwrap();
+    assert_eq!(
+        back.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    let (mut ma, mut ms) = (vec![0u8; 50], vec![0u8; 4]);
+    let st = unsafe {
+        hs_quantize_mxfp4(
+            x.as_ptr(),
+            100,
+            ma.as_mut_ptr(),
+            ms.as_mut_ptr(),
+            HS_NEAREST_EVEN,
+            &c,
+            4,
+            9,
+        )
+    };
+    assert_eq!(st, HS_OK, "{}", last_error());
+    assert_eq!(
+        unsafe { hs_dequantize_mxfp4(ma.as_ptr(), ms.as_ptr(), back.as_mut_ptr(), 100) },
+        HS_OK
+    );
+    // Errors: NULL scales, unknown format, bad tensor scale.
+    let st = unsafe {
+        hs_quantize_nvfp4(
+            x.as_ptr(),
+            100,
+            pts,
+            pa.as_mut_ptr(),
+            null_mut(),
+            HS_STOCHASTIC,
+            &c,
+            4,
+            9,
+        )
+    };
+    assert_eq!(st, HS_NULL_POINTER);
+    let st = unsafe { hs_f32_to_fp8(x.as_ptr(), a.as_mut_ptr(), 100, 9, HS_STOCHASTIC, &c, 4, 9) };
+    assert_eq!(st, HS_INVALID_ARGUMENT);
+    let st = unsafe {
+        hs_quantize_nvfp4(
+            x.as_ptr(),
+            100,
+            -1.0,
+            pa.as_mut_ptr(),
+            sa.as_mut_ptr(),
+            HS_STOCHASTIC,
+            &c,
+            4,
+            9,
+        )
+    };
+    assert_eq!(st, HS_INVALID_HYPERPARAMETER);
+}

@@ -5,6 +5,7 @@
 //! - [`philox`]: Philox4x32-10 and the element -> random-bits layout.
 //! - [`round`]: f32 -> bf16 / f16 (nearest-even, stochastic, toward zero) and back.
 //! - [`split`]: the Split-SGD top/trail layout.
+//! - [`quant`]: fp8 (E4M3, E5M2), fp4 (E2M1), E8M0 scales, NVFP4 and MXFP4 blocks.
 //! - [`norm`]: the canonical sum-of-squares reduction.
 //! - [`sgd`], [`adagrad`], [`adam`], [`lamb`]: one element's update and the loop over a tensor,
 //!   written once for every storage kind (the loads and stores in `storage.rs` do the format work).
@@ -14,6 +15,7 @@ pub mod adam;
 pub mod lamb;
 pub mod norm;
 pub mod philox;
+pub mod quant;
 pub mod round;
 pub mod sgd;
 pub mod split;

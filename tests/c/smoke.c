@@ -15,7 +15,7 @@
 static float weights(int i) { return (float)(i % 7 - 3) * 0.125f; }
 static float grad(int i, unsigned step) { return (float)((int)((i * 5 + step) % 11) - 5) * 0.015625f; }
 
-static char expected[4][8192];
+static char expected[6][8192];
 static int failures = 0;
 
 static void out32(char *s, const float *x, int n) {
@@ -27,6 +27,9 @@ static void out32(char *s, const float *x, int n) {
 }
 static void out16(char *s, const uint16_t *x, int n) {
     for (int i = 0; i < n; i++) s += sprintf(s, " %04x", x[i]);
+}
+static void out8(char *s, const uint8_t *x, int n) {
+    for (int i = 0; i < n; i++) s += sprintf(s, " %02x", x[i]);
 }
 
 static void check(hs_status st, const char *what) {
@@ -134,6 +137,23 @@ static void run(const char *backend) {
     out16(got, h, N); out32(got + strlen(got), s0, N); out32(got + strlen(got), s1, N);
     compare(backend, "lamb", 3, got);
 
+    /* NVFP4 and fp8 E4M3, stochastic, of values with bits below every quantum. */
+    for (int i = 0; i < N; i++) w32[i] = (float)(i % 13 - 6) * 0.0371f;
+    ctx.step = 1;
+    float pts;
+    uint8_t packed[N / 2], scales[(N + 15) / 16], codes[N];
+    check(hs_nvfp4_tensor_scale(w32, N, &pts), "hs_nvfp4_tensor_scale");
+    check(hs_quantize_nvfp4(w32, N, pts, packed, scales, HS_STOCHASTIC, &ctx, 5, INDEX_BASE), "hs_quantize_nvfp4");
+    uint32_t pts_bits;
+    memcpy(&pts_bits, &pts, 4);
+    sprintf(got, " %08x", pts_bits);
+    out8(got + strlen(got), packed, N / 2); out8(got + strlen(got), scales, (N + 15) / 16);
+    compare(backend, "nvfp4", 4, got);
+    check(hs_f32_to_fp8(w32, codes, N, HS_E4M3, HS_STOCHASTIC, &ctx, 6, INDEX_BASE), "hs_f32_to_fp8");
+    got[0] = 0;
+    out8(got, codes, N);
+    compare(backend, "e4m3", 5, got);
+
     /* A refused call: negative learning rate. Nothing written, a message left. */
     hs_sgd_config bad = sgd;
     bad.lr = -1.0f;
@@ -155,7 +175,7 @@ int main(int argc, char **argv) {
     }
     FILE *f = fopen(argv[1], "r");
     if (!f) { perror(argv[1]); return 2; }
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 6; k++) {
         if (!fgets(expected[k], sizeof expected[k], f)) { fprintf(stderr, "short file\n"); return 2; }
         expected[k][strcspn(expected[k], "\n")] = 0;
     }
