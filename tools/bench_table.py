@@ -33,7 +33,8 @@ for (kernel, nbytes, size) in sorted(rows, key=lambda k: (k[0], size_key(k[2])))
     r = rows[(kernel, nbytes, size)]
     roof = r.get("copy-roof")
     cells = []
-    for b in order:
+    # Backends in a fixed order, then anything else (the quantizer groups' "e4m3/reference" ...).
+    for b in order + sorted(k for k in r if k not in order and k != "copy-roof"):
         if b in r:
             ns = r[b]
             pct = f", {100 * roof / ns:.0f}% roof" if roof else ""
