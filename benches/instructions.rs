@@ -1,0 +1,266 @@
+//! Instruction counts (gungraun, callgrind) of every kernel at 4096 elements on the reference,
+//! portable and avx2 backends (valgrind hides AVX-512), plus the quantizers. CI compares the counts
+//! with `benches/instructions-baseline.json` (tools/instructions_gate.py): more than 2% more
+//! instructions fails unless the same commit updates the baseline and says why.
+//!
+//! `cargo bench --bench instructions` (needs valgrind and `gungraun-runner` 0.19.1).
+
+use gungraun::prelude::*;
+use halfstep::rng::Purpose;
+use halfstep::{
+    AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Backend, Engine, Grads, LambConfig,
+    LambTensor, Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Weights, bf16,
+    f16,
+};
+use std::hint::black_box;
+
+const N: usize = 4096;
+
+type Kernel = Box<dyn FnMut()>;
+
+fn engine(b: Backend) -> Engine {
+    Engine::new(b).unwrap_or_else(|e| panic!("{b}: {e}"))
+}
+
+fn values(scale: f32) -> Vec<f32> {
+    (0..N).map(|i| ((i as f32) * 0.618).sin() * scale).collect()
+}
+
+fn split_weights() -> (Vec<bf16>, Vec<u16>, Vec<bf16>) {
+    let (mut top, mut trail) = (vec![bf16::ZERO; N], vec![0u16; N]);
+    halfstep::convert::split(&values(0.5), &mut top, &mut trail).unwrap();
+    let g = values(0.01).iter().map(|&x| bf16::from_f32(x)).collect();
+    (top, trail, g)
+}
+
+fn ctx() -> StepContext {
+    StepContext::new(7, 3)
+}
+
+fn philox(b: Backend) -> Kernel {
+    let e = engine(b);
+    let mut out = vec![0u16; N];
+    Box::new(move || {
+        e.fill_element_bits(&ctx(), &TensorStream::new(1), Purpose::Weights, &mut out)
+            .unwrap();
+        black_box(&out);
+    })
+}
+
+fn bf16_sr(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (src, mut dst) = (values(1.0), vec![bf16::ZERO; N]);
+    Box::new(move || {
+        e.f32_to_bf16(
+            &src,
+            &mut dst,
+            Rounding::Stochastic,
+            &ctx(),
+            &TensorStream::new(1),
+        )
+        .unwrap();
+        black_box(&dst);
+    })
+}
+
+fn f16_sr(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (src, mut dst) = (values(1.0), vec![f16::ZERO; N]);
+    Box::new(move || {
+        e.f32_to_f16(
+            &src,
+            &mut dst,
+            Rounding::Stochastic,
+            &ctx(),
+            &TensorStream::new(1),
+        )
+        .unwrap();
+        black_box(&dst);
+    })
+}
+
+fn sgd(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (mut top, mut trail, g) = split_weights();
+    let mut m = vec![0f32; N];
+    let cfg = SgdConfig {
+        lr: 1e-3,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    Box::new(move || {
+        let mut t = SgdTensor {
+            weights: Weights::Split {
+                top: &mut top,
+                trail: &mut trail,
+            },
+            grads: Grads::Bf16(&g),
+            momentum: Some(State::F32(&mut m)),
+            stream: TensorStream::new(1),
+        };
+        e.sgd_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
+fn adagrad(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (mut top, mut trail, g) = split_weights();
+    let mut s = vec![0.1f32; N];
+    let cfg = AdagradConfig::default();
+    Box::new(move || {
+        let mut t = AdagradTensor {
+            weights: Weights::Split {
+                top: &mut top,
+                trail: &mut trail,
+            },
+            grads: Grads::Bf16(&g),
+            sum: State::F32(&mut s),
+            stream: TensorStream::new(1),
+        };
+        e.adagrad_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
+fn adam(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (mut top, mut trail, g) = split_weights();
+    let (mut m, mut v) = (vec![0f32; N], vec![0f32; N]);
+    let cfg = AdamConfig::adam(1e-3);
+    Box::new(move || {
+        let mut t = AdamTensor {
+            weights: Weights::Split {
+                top: &mut top,
+                trail: &mut trail,
+            },
+            grads: Grads::Bf16(&g),
+            exp_avg: State::F32(&mut m),
+            exp_avg_sq: State::F32(&mut v),
+            max_exp_avg_sq: None,
+            stream: TensorStream::new(1),
+        };
+        e.adam_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
+fn adamw_bf16_sr(b: Backend) -> Kernel {
+    let e = engine(b);
+    let mut w: Vec<bf16> = values(0.5).iter().map(|&x| bf16::from_f32(x)).collect();
+    let g = values(0.01);
+    let (mut m, mut v) = (vec![bf16::ZERO; N], vec![bf16::ZERO; N]);
+    let cfg = AdamConfig::adamw(1e-3);
+    Box::new(move || {
+        let mut t = AdamTensor {
+            weights: Weights::Bf16(&mut w, Rounding::Stochastic),
+            grads: Grads::F32(&g),
+            exp_avg: State::Bf16(&mut m, Rounding::Stochastic),
+            exp_avg_sq: State::Bf16(&mut v, Rounding::Stochastic),
+            max_exp_avg_sq: None,
+            stream: TensorStream::new(1),
+        };
+        e.adam_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
+fn lamb(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (mut top, mut trail, g) = split_weights();
+    let (mut m, mut v) = (vec![0f32; N], vec![0f32; N]);
+    let cfg = LambConfig::default();
+    Box::new(move || {
+        let mut t = LambTensor {
+            weights: Weights::Split {
+                top: &mut top,
+                trail: &mut trail,
+            },
+            grads: Grads::Bf16(&g),
+            exp_avg: State::F32(&mut m),
+            exp_avg_sq: State::F32(&mut v),
+            stream: TensorStream::new(1),
+        };
+        e.lamb_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
+/// The quantizers run the reference on every backend: measured once.
+fn nvfp4_sr(_: Backend) -> Kernel {
+    let src = values(3.0);
+    let (mut packed, mut scales) = (vec![0u8; N / 2], vec![0u8; N / 16]);
+    let pts = halfstep::quant::nvfp4_tensor_scale(&src).unwrap();
+    Box::new(move || {
+        halfstep::quant::quantize_nvfp4(
+            &src,
+            pts,
+            &mut packed,
+            &mut scales,
+            Rounding::Stochastic,
+            &ctx(),
+            &TensorStream::new(1),
+        )
+        .unwrap();
+        black_box(&packed);
+    })
+}
+
+fn e4m3_sr(_: Backend) -> Kernel {
+    let src = values(3.0);
+    let mut out = vec![0u8; N];
+    Box::new(move || {
+        halfstep::quant::f32_to_fp8(
+            &src,
+            &mut out,
+            halfstep::quant::Fp8::E4M3,
+            Rounding::Stochastic,
+            &ctx(),
+            &TensorStream::new(1),
+        )
+        .unwrap();
+        black_box(&out);
+    })
+}
+
+#[library_benchmark]
+#[bench::philox_reference(args = (Backend::Reference), setup = philox)]
+#[bench::philox_portable(args = (Backend::Portable), setup = philox)]
+#[bench::philox_avx2(args = (Backend::Avx2), setup = philox)]
+#[bench::bf16_sr_reference(args = (Backend::Reference), setup = bf16_sr)]
+#[bench::bf16_sr_portable(args = (Backend::Portable), setup = bf16_sr)]
+#[bench::bf16_sr_avx2(args = (Backend::Avx2), setup = bf16_sr)]
+#[bench::f16_sr_reference(args = (Backend::Reference), setup = f16_sr)]
+#[bench::f16_sr_portable(args = (Backend::Portable), setup = f16_sr)]
+#[bench::f16_sr_avx2(args = (Backend::Avx2), setup = f16_sr)]
+fn conversions(mut kernel: Kernel) {
+    kernel();
+}
+
+#[library_benchmark]
+#[bench::sgd_reference(args = (Backend::Reference), setup = sgd)]
+#[bench::sgd_portable(args = (Backend::Portable), setup = sgd)]
+#[bench::sgd_avx2(args = (Backend::Avx2), setup = sgd)]
+#[bench::adagrad_reference(args = (Backend::Reference), setup = adagrad)]
+#[bench::adagrad_portable(args = (Backend::Portable), setup = adagrad)]
+#[bench::adagrad_avx2(args = (Backend::Avx2), setup = adagrad)]
+#[bench::adam_reference(args = (Backend::Reference), setup = adam)]
+#[bench::adam_portable(args = (Backend::Portable), setup = adam)]
+#[bench::adam_avx2(args = (Backend::Avx2), setup = adam)]
+#[bench::adamw_bf16_sr_reference(args = (Backend::Reference), setup = adamw_bf16_sr)]
+#[bench::adamw_bf16_sr_portable(args = (Backend::Portable), setup = adamw_bf16_sr)]
+#[bench::adamw_bf16_sr_avx2(args = (Backend::Avx2), setup = adamw_bf16_sr)]
+#[bench::lamb_reference(args = (Backend::Reference), setup = lamb)]
+#[bench::lamb_portable(args = (Backend::Portable), setup = lamb)]
+#[bench::lamb_avx2(args = (Backend::Avx2), setup = lamb)]
+fn optimizers(mut kernel: Kernel) {
+    kernel();
+}
+
+#[library_benchmark]
+#[bench::nvfp4_sr_reference(args = (Backend::Reference), setup = nvfp4_sr)]
+#[bench::e4m3_sr_reference(args = (Backend::Reference), setup = e4m3_sr)]
+fn quantizers(mut kernel: Kernel) {
+    kernel();
+}
+
+library_benchmark_group!(
+    name = kernels,
+    benchmarks = [conversions, optimizers, quantizers]
+);
+main!(library_benchmark_groups = kernels);
