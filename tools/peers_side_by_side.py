@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""halfstep next to the peers it replaces, in one session: IPEX's split-weight fused optimizer
+kernels and PyTorch's fused AdamW, each timed here (median of 5 batches, ns per parameter), and
+halfstep's equivalent step timed right after it by examples/step_timer.rs with the same schedule.
+Prints a markdown table with the ratio peer / halfstep (> 1: halfstep is faster).
+
+Needs the peers' environment (`bash ../shared/bench/setup-peers.sh`; torch 2.8 + IPEX 2.8):
+  cargo build --release --example step_timer
+  ~/.cache/halfstep-peers/bin/python tools/peers_side_by_side.py --threads 1 2 --sizes 65536 1048576 67108864
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import time
+import warnings
+
+warnings.filterwarnings("ignore")
+import torch  # noqa: E402
+import intel_extension_for_pytorch  # noqa: E402,F401  (registers torch.ops.torch_ipex)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMER = os.path.join(ROOT, "target", "release", "examples", "step_timer")
+
+
+def median_ns_per_param(fn, n):
+    reps = max(3, min(200, int(2e8 // n)))
+    fn()
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        times.append((time.perf_counter() - t) / reps)
+    return statistics.median(times) * 1e9 / n
+
+
+def peers(n):
+    """(halfstep kernel, peer name, peer step) for each row, with the peer's buffers made here."""
+    ops = torch.ops.torch_ipex
+    w = torch.randn(n) * 0.02
+    g32 = w * 0.05
+    g16 = g32.bfloat16()
+
+    def split():
+        return ops.split_float_bfloat16(w.clone())
+
+    rows = []
+    top, trail = split()
+    mom = torch.zeros(n)
+    rows.append(("sgd", "IPEX sgd_fused_step (split, bf16 grad, momentum)",
+                 lambda: ops.sgd_fused_step(top, g16, mom, trail, 0.9, 0.01, 1e-4, 0.0, False)))
+    top2, trail2 = split()
+    acc = torch.zeros(n)
+    rows.append(("adagrad", "IPEX adagrad_fused_step (split, bf16 grad)",
+                 lambda: ops.adagrad_fused_step(top2, g16, acc, trail2, 1, 0.01, 1e-4, 0.0, 1e-10)))
+    top3, trail3 = split()
+    m3, v3 = torch.zeros(n), torch.zeros(n)
+    rows.append(("adam", "IPEX adam_fused_step (split, bf16 grad)",
+                 lambda: ops.adam_fused_step(top3, m3, v3, torch.zeros(0), g16, trail3, False, 1, 0.9, 0.999,
+                                             0.01, 1e-2, 1e-8)))
+    top4, trail4 = split()
+    m4, v4 = torch.zeros(n), torch.zeros(n)
+    rows.append(("lamb", "IPEX lamb_fused_step (split, bf16 grad)",
+                 lambda: ops.lamb_fused_step(top4, m4, v4, g16, trail4, 1, 0.9, 0.999, 0.01, 1e-4, 1e-6)))
+    w5, m5, v5, st5 = w.clone(), torch.zeros(n), torch.zeros(n), torch.tensor(1.0)
+    rows.append(("adamw_f32", "torch._fused_adamw_ (f32)",
+                 lambda: torch._fused_adamw_([w5], [g32], [m5], [v5], [], [st5], amsgrad=False, lr=1e-2,
+                                             beta1=0.9, beta2=0.999, weight_decay=1e-2, eps=1e-8,
+                                             maximize=False)))
+    return rows
+
+
+def ours(kernel, n, threads):
+    out = subprocess.run([TIMER, kernel, str(n), str(threads)], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1 << 16, 1 << 20, 1 << 26])
+    a = ap.parse_args()
+    print(f"torch {torch.__version__}, halfstep backend from HALFSTEP_BACKEND or detection\n")
+    print("| kernel | peer | elements | threads | peer ns/param | halfstep ns/param | peer / halfstep |")
+    print("|---|---|---|---|---|---|---|")
+    for t in a.threads:
+        torch.set_num_threads(t)
+        for n in a.sizes:
+            for kernel, name, step in peers(n):
+                p = median_ns_per_param(step, n)
+                h = ours(kernel, n, t)
+                print(f"| {kernel} | {name} | {n} | {t} | {p:.3f} | {h:.3f} | {p / h:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
