@@ -244,6 +244,15 @@ fn engine() -> Result<Engine, Fail> {
     }
 }
 
+fn null(what: &str) -> Fail {
+    Fail(HS_NULL_POINTER, format!("{what} is NULL"))
+}
+
+/// `&*p`, or `HS_NULL_POINTER` naming `what`.
+unsafe fn required_ref<'a, T>(p: *const T, what: &str) -> Result<&'a T, Fail> {
+    unsafe { p.as_ref() }.ok_or_else(|| null(what))
+}
+
 fn invalid(msg: impl Into<String>) -> Fail {
     Fail(HS_INVALID_ARGUMENT, msg.into())
 }
@@ -258,7 +267,7 @@ fn rounding(r: u32) -> Result<Rounding, Fail> {
 }
 
 fn context(c: *const hs_step_context) -> Result<StepContext, Fail> {
-    let c = unsafe { c.as_ref() }.ok_or_else(|| Fail(HS_NULL_POINTER, "context is NULL".into()))?;
+    let c = unsafe { required_ref(c, "context")? };
     let replica = match c.replica {
         HS_REPLICA_IDENTICAL => Replica::Identical,
         r => Replica::Differing(
@@ -279,7 +288,7 @@ fn check_ptr<T>(p: *const T, len: usize, what: &str) -> Result<(), Fail> {
         return Ok(());
     }
     if p.is_null() {
-        return Err(Fail(HS_NULL_POINTER, format!("{what} is NULL")));
+        return Err(null(what));
     }
     if !(p as usize).is_multiple_of(align_of::<T>()) {
         return Err(Fail(
@@ -422,10 +431,11 @@ trait FromC: Step {
 }
 
 fn stream(t: &hs_tensor) -> TensorStream {
-    TensorStream {
-        id: t.stream_id,
-        index_base: t.index_base,
-    }
+    stream_of(t.stream_id, t.index_base)
+}
+
+fn stream_of(id: u32, index_base: u64) -> TensorStream {
+    TensorStream { id, index_base }
 }
 
 impl FromC for SgdConfig {
@@ -533,8 +543,7 @@ pub unsafe extern "C" fn hs_sgd_step(
     threads: *const hs_threads,
 ) -> hs_status {
     guard(|| {
-        let c = unsafe { config.as_ref() }
-            .ok_or_else(|| Fail(HS_NULL_POINTER, "config is NULL".into()))?;
+        let c = unsafe { required_ref(config, "config")? };
         let cfg = SgdConfig {
             lr: c.lr,
             momentum: c.momentum,
@@ -557,8 +566,7 @@ pub unsafe extern "C" fn hs_adagrad_step(
     threads: *const hs_threads,
 ) -> hs_status {
     guard(|| {
-        let c = unsafe { config.as_ref() }
-            .ok_or_else(|| Fail(HS_NULL_POINTER, "config is NULL".into()))?;
+        let c = unsafe { required_ref(config, "config")? };
         let cfg = AdagradConfig {
             lr: c.lr,
             lr_decay: c.lr_decay,
@@ -581,8 +589,7 @@ pub unsafe extern "C" fn hs_adam_step(
     threads: *const hs_threads,
 ) -> hs_status {
     guard(|| {
-        let c = unsafe { config.as_ref() }
-            .ok_or_else(|| Fail(HS_NULL_POINTER, "config is NULL".into()))?;
+        let c = unsafe { required_ref(config, "config")? };
         let cfg = AdamConfig {
             lr: c.lr,
             beta1: c.beta1,
@@ -608,10 +615,8 @@ pub unsafe extern "C" fn hs_lamb_step(
     workspace: *mut hs_lamb_workspace,
 ) -> hs_status {
     guard(|| {
-        let c = unsafe { config.as_ref() }
-            .ok_or_else(|| Fail(HS_NULL_POINTER, "config is NULL".into()))?;
-        let ws = unsafe { workspace.as_mut() }
-            .ok_or_else(|| Fail(HS_NULL_POINTER, "workspace is NULL".into()))?;
+        let c = unsafe { required_ref(config, "config")? };
+        let ws = unsafe { workspace.as_mut() }.ok_or_else(|| null("workspace"))?;
         let cfg = LambConfig {
             lr: c.lr,
             beta1: c.beta1,
@@ -729,7 +734,7 @@ pub unsafe extern "C" fn hs_backend_available(name: *const c_char) -> i32 {
 pub unsafe extern "C" fn hs_force_backend(name: *const c_char) -> hs_status {
     guard(|| {
         if name.is_null() {
-            return Err(Fail(HS_NULL_POINTER, "name is NULL".into()));
+            return Err(null("name"));
         }
         let name = unsafe { CStr::from_ptr(name) }
             .to_str()
@@ -767,10 +772,7 @@ pub unsafe extern "C" fn hs_f32_to_16(
         check_ptr(dst, len, "dst")?;
         let ctx = context(ctx)?;
         let r = rounding(rounding_mode)?;
-        let stream = TensorStream {
-            id: stream_id,
-            index_base,
-        };
+        let stream = stream_of(stream_id, index_base);
         let e = engine()?;
         let src = unsafe { slice(src, len) };
         if to_f16 != 0 {
@@ -875,10 +877,7 @@ pub unsafe extern "C" fn hs_fill_element_bits(
             3 => Purpose::MaxSecondMoment,
             p => return Err(invalid(format!("unknown purpose {p}"))),
         };
-        let stream = TensorStream {
-            id: stream_id,
-            index_base,
-        };
+        let stream = stream_of(stream_id, index_base);
         engine()?.fill_element_bits(&ctx, &stream, purpose, unsafe { slice_mut(out, len) })?;
         Ok(())
     })
@@ -913,10 +912,7 @@ pub unsafe extern "C" fn hs_f32_to_fp8(
         check_ptr(src, len, "src")?;
         check_ptr(dst, len, "dst")?;
         let (f, r, ctx) = (fp8(format)?, rounding(rounding_mode)?, context(ctx)?);
-        let stream = TensorStream {
-            id: stream_id,
-            index_base,
-        };
+        let stream = stream_of(stream_id, index_base);
         let (src, dst) = unsafe { (slice(src, len), slice_mut(dst, len)) };
         Ok(crate::quant::f32_to_fp8(src, dst, f, r, &ctx, &stream)?)
     })
@@ -986,10 +982,7 @@ pub unsafe extern "C" fn hs_quantize_nvfp4(
         check_ptr(src, len, "src")?;
         let (np, ns) = block_ptrs(packed, scales, len, 16)?;
         let (r, ctx) = (rounding(rounding_mode)?, context(ctx)?);
-        let stream = TensorStream {
-            id: stream_id,
-            index_base,
-        };
+        let stream = stream_of(stream_id, index_base);
         unsafe {
             Ok(crate::quant::quantize_nvfp4(
                 slice(src, len),
@@ -1044,10 +1037,7 @@ pub unsafe extern "C" fn hs_quantize_mxfp4(
         check_ptr(src, len, "src")?;
         let (np, ns) = block_ptrs(packed, scales, len, 32)?;
         let (r, ctx) = (rounding(rounding_mode)?, context(ctx)?);
-        let stream = TensorStream {
-            id: stream_id,
-            index_base,
-        };
+        let stream = stream_of(stream_id, index_base);
         unsafe {
             Ok(crate::quant::quantize_mxfp4(
                 slice(src, len),

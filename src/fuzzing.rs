@@ -121,7 +121,7 @@ fn value(u: &mut Unstructured<'_>) -> AResult<f32> {
             let m = 1.0 + (u32::arbitrary(u)? >> 9) as f32 / (1u32 << 23) as f32;
             let s = if bool::arbitrary(u)? { -1.0 } else { 1.0 };
             // 2^e from bits: exact everywhere (`powi` is perturbed under Miri).
-            s * m * f32::from_bits(((e + 127) as u32) << 23)
+            s * m * crate::reference::quant::pow2(e)
         }
     })
 }
