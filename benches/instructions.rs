@@ -1,5 +1,5 @@
 //! Instruction counts (gungraun, callgrind) of every kernel at 4096 elements on the reference,
-//! portable and avx2 backends (valgrind hides AVX-512), plus the quantizers. CI compares the counts
+//! portable and avx2 backends (valgrind hides AVX-512), the quantizers included. CI compares the counts
 //! with `benches/instructions-baseline.json` (tools/instructions_gate.py): more than 2% more
 //! instructions fails unless the same commit updates the baseline and says why.
 //!
@@ -181,13 +181,13 @@ fn lamb(b: Backend) -> Kernel {
     })
 }
 
-/// The quantizers run the reference on every backend: measured once.
-fn nvfp4_sr(_: Backend) -> Kernel {
+fn nvfp4_sr(b: Backend) -> Kernel {
+    let e = engine(b);
     let src = values(3.0);
     let (mut packed, mut scales) = (vec![0u8; N / 2], vec![0u8; N / 16]);
-    let pts = halfstep::quant::nvfp4_tensor_scale(&src).unwrap();
     Box::new(move || {
-        halfstep::quant::quantize_nvfp4(
+        let pts = e.nvfp4_tensor_scale(&src).unwrap();
+        e.quantize_nvfp4(
             &src,
             pts,
             &mut packed,
@@ -201,11 +201,30 @@ fn nvfp4_sr(_: Backend) -> Kernel {
     })
 }
 
-fn e4m3_sr(_: Backend) -> Kernel {
+fn mxfp4_nearest(b: Backend) -> Kernel {
+    let e = engine(b);
+    let src = values(3.0);
+    let (mut packed, mut scales) = (vec![0u8; N / 2], vec![0u8; N / 32]);
+    Box::new(move || {
+        e.quantize_mxfp4(
+            &src,
+            &mut packed,
+            &mut scales,
+            Rounding::NearestEven,
+            &ctx(),
+            &TensorStream::new(1),
+        )
+        .unwrap();
+        black_box(&packed);
+    })
+}
+
+fn e4m3_sr(b: Backend) -> Kernel {
+    let e = engine(b);
     let src = values(3.0);
     let mut out = vec![0u8; N];
     Box::new(move || {
-        halfstep::quant::f32_to_fp8(
+        e.f32_to_fp8(
             &src,
             &mut out,
             halfstep::quant::Fp8::E4M3,
@@ -253,8 +272,15 @@ fn optimizers(mut kernel: Kernel) {
 }
 
 #[library_benchmark]
-#[bench::nvfp4_sr_reference(args = (Backend::Reference), setup = nvfp4_sr)]
 #[bench::e4m3_sr_reference(args = (Backend::Reference), setup = e4m3_sr)]
+#[bench::e4m3_sr_portable(args = (Backend::Portable), setup = e4m3_sr)]
+#[bench::e4m3_sr_avx2(args = (Backend::Avx2), setup = e4m3_sr)]
+#[bench::nvfp4_sr_reference(args = (Backend::Reference), setup = nvfp4_sr)]
+#[bench::nvfp4_sr_portable(args = (Backend::Portable), setup = nvfp4_sr)]
+#[bench::nvfp4_sr_avx2(args = (Backend::Avx2), setup = nvfp4_sr)]
+#[bench::mxfp4_nearest_reference(args = (Backend::Reference), setup = mxfp4_nearest)]
+#[bench::mxfp4_nearest_portable(args = (Backend::Portable), setup = mxfp4_nearest)]
+#[bench::mxfp4_nearest_avx2(args = (Backend::Avx2), setup = mxfp4_nearest)]
 fn quantizers(mut kernel: Kernel) {
     kernel();
 }

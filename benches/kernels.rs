@@ -45,8 +45,8 @@ struct CopyLoop {
 }
 
 impl CopyLoop {
-    fn new(n: usize, read_bytes: usize, write_bytes: usize) -> Self {
-        let words = |b: usize| (b * n).div_ceil(4);
+    fn new(n: usize, read_bytes: f64, write_bytes: f64) -> Self {
+        let words = |b: f64| (b * n as f64 / 4.0).ceil() as usize;
         CopyLoop {
             src: vec![vec![1u32; words(read_bytes)]],
             dst: vec![vec![0u32; words(write_bytes)]],
@@ -68,10 +68,11 @@ impl CopyLoop {
 fn group(
     c: &mut Criterion,
     name: &str,
-    read_bytes: usize,
-    write_bytes: usize,
+    read_bytes: impl Into<f64>,
+    write_bytes: impl Into<f64>,
     mut make: impl FnMut(usize) -> Box<dyn FnMut(Engine)>,
 ) {
+    let (read_bytes, write_bytes) = (read_bytes.into(), write_bytes.into());
     for n in sizes() {
         let mut g = c.benchmark_group(format!("{name}/{}B-per-elem", read_bytes + write_bytes));
         g.throughput(Throughput::Elements(n as u64));
@@ -282,52 +283,59 @@ fn benches(c: &mut Criterion) {
     });
 }
 
-/// The quantizers (reference implementation on every backend for now): fp8 E4M3 and NVFP4 /
-/// MXFP4, nearest and stochastic, next to a copy loop moving the same bytes (4 read, 1 written
-/// per element, rounding the packed fp4 bytes plus scales up to 1).
+/// The quantizers on every backend: fp8 E4M3 / E5M2 and NVFP4 / MXFP4, nearest and stochastic,
+/// and their decoders, each next to a copy loop moving the same bytes (fp4: half a byte per
+/// element plus one scale byte per block).
 fn quantizers(c: &mut Criterion) {
-    use halfstep::quant;
+    use halfstep::quant::Fp8;
     let ctx = StepContext::new(7, 3);
     let stream = TensorStream::new(1);
-    for n in sizes() {
-        let src = data(n);
-        for (mode, r) in [
-            ("nearest", Rounding::NearestEven),
-            ("stochastic", Rounding::Stochastic),
-        ] {
-            let mut g = c.benchmark_group(format!("quant_{mode}/5B-per-elem"));
-            g.throughput(Throughput::Elements(n as u64));
-            g.sample_size(10)
-                .warm_up_time(Duration::from_millis(300))
-                .measurement_time(Duration::from_secs(1));
-            let mut copy = CopyLoop::new(n, 4, 1);
-            g.bench_function(BenchmarkId::new("copy-roof", label(n)), |b| {
-                b.iter(|| copy.run())
-            });
-            let mut codes = vec![0u8; n];
-            g.bench_function(BenchmarkId::new("e4m3/reference", label(n)), |b| {
-                b.iter(|| {
-                    quant::f32_to_fp8(&src, &mut codes, quant::Fp8::E4M3, r, &ctx, &stream).unwrap()
-                })
-            });
-            let (mut packed, mut scales) = (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(16)]);
-            let pts = quant::nvfp4_tensor_scale(&src).unwrap();
-            g.bench_function(BenchmarkId::new("nvfp4/reference", label(n)), |b| {
-                b.iter(|| {
-                    quant::quantize_nvfp4(&src, pts, &mut packed, &mut scales, r, &ctx, &stream)
+    for (mode, r) in [
+        ("nearest", Rounding::NearestEven),
+        ("stochastic", Rounding::Stochastic),
+    ] {
+        for (name, fmt) in [("e4m3", Fp8::E4M3), ("e5m2", Fp8::E5M2)] {
+            group(c, &format!("{name}_{mode}"), 4.0, 1.0, |n| {
+                let src = data(n);
+                let mut codes = vec![0u8; n];
+                Box::new(move |e: Engine| {
+                    e.f32_to_fp8(&src, &mut codes, fmt, r, &ctx, &stream)
                         .unwrap()
                 })
             });
-            let mut mx_scales = vec![0u8; n.div_ceil(32)];
-            g.bench_function(BenchmarkId::new("mxfp4/reference", label(n)), |b| {
-                b.iter(|| {
-                    quant::quantize_mxfp4(&src, &mut packed, &mut mx_scales, r, &ctx, &stream)
-                        .unwrap()
-                })
-            });
-            g.finish();
         }
+        group(c, &format!("nvfp4_{mode}"), 4.0, 0.5 + 1.0 / 16.0, |n| {
+            let src = data(n);
+            let (mut packed, mut scales) = (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(16)]);
+            Box::new(move |e: Engine| {
+                let pts = e.nvfp4_tensor_scale(&src).unwrap();
+                e.quantize_nvfp4(&src, pts, &mut packed, &mut scales, r, &ctx, &stream)
+                    .unwrap()
+            })
+        });
+        group(c, &format!("mxfp4_{mode}"), 4.0, 0.5 + 1.0 / 32.0, |n| {
+            let src = data(n);
+            let (mut packed, mut scales) = (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(32)]);
+            Box::new(move |e: Engine| {
+                e.quantize_mxfp4(&src, &mut packed, &mut scales, r, &ctx, &stream)
+                    .unwrap()
+            })
+        });
     }
+    group(c, "e4m3_to_f32", 1.0, 4.0, |n| {
+        let codes: Vec<u8> = (0..n).map(|i| (i * 37) as u8).collect();
+        let mut dst = vec![0f32; n];
+        Box::new(move |e: Engine| e.fp8_to_f32(&codes, &mut dst, Fp8::E4M3).unwrap())
+    });
+    group(c, "nvfp4_to_f32", 0.5 + 1.0 / 16.0, 4.0, |n| {
+        let packed: Vec<u8> = (0..n.div_ceil(2)).map(|i| (i * 37) as u8).collect();
+        let scales: Vec<u8> = (0..n.div_ceil(16)).map(|i| (i % 100) as u8 + 8).collect();
+        let mut dst = vec![0f32; n];
+        Box::new(move |e: Engine| {
+            e.dequantize_nvfp4(&packed, &scales, 0.01, &mut dst)
+                .unwrap()
+        })
+    });
 }
 
 criterion_group!(kernels, benches, quantizers);

@@ -6,10 +6,12 @@
 #![allow(unsafe_code)]
 
 use crate::error::{Error, Result};
+use crate::kernels::quant::Fp4Scaling;
 use crate::optim::{
     AdagradConsts, AdagradTensor, AdamConsts, AdamTensor, LambConsts, LambTensor, SgdConsts,
     SgdTensor,
 };
+use crate::quant::Fp8;
 use crate::reference::philox::BitsCoord;
 use crate::reference::round::Rounding;
 use crate::rng::StepContext;
@@ -124,6 +126,9 @@ impl core::fmt::Display for Backend {
     }
 }
 
+/// (scaling, src, packed, scales, rounding, RNG coordinates, index base).
+type QuantizeFp4 = fn(Fp4Scaling, &[f32], &mut [u8], &mut [u8], Rounding, &BitsCoord, u64);
+
 /// One implementation of every kernel. The callers have validated everything; these only compute.
 pub(crate) struct Kernels {
     pub fill_bits: fn(&BitsCoord, u64, &mut [u16]),
@@ -138,6 +143,11 @@ pub(crate) struct Kernels {
     pub adam: fn(&AdamConsts, &StepContext, &mut AdamTensor<'_>),
     pub lamb_pass1: fn(&LambConsts, &StepContext, &mut LambTensor<'_>, &mut [[f64; 2]]),
     pub lamb_pass2: fn(&LambConsts, &StepContext, &mut LambTensor<'_>, f32),
+    pub f32_to_fp8: fn(Fp8, &[f32], &mut [u8], Rounding, &BitsCoord, u64),
+    pub fp8_to_f32: fn(Fp8, &[u8], &mut [f32]),
+    pub amax_bits: fn(&[f32]) -> u32,
+    pub quantize_fp4: QuantizeFp4,
+    pub dequantize_fp4: fn(Fp4Scaling, &[u8], &[u8], &mut [f32]),
 }
 
 /// A chosen backend; every operation of the crate is available on it. Cheap to copy.
@@ -200,7 +210,7 @@ impl Engine {
 /// The reference as a kernel table.
 mod reference {
     use super::*;
-    use crate::reference::{philox, round, split};
+    use crate::reference::{philox, quant, round, split};
 
     fn narrow(
         src: &[f32],
@@ -211,12 +221,7 @@ mod reference {
         f: fn(f32, round::Mode) -> u16,
     ) {
         for (i, (d, &x)) in dst.iter_mut().zip(src).enumerate() {
-            let bits = if r == Rounding::Stochastic {
-                philox::element_bits(c, base + i as u64)
-            } else {
-                0
-            };
-            *d = f(x, round::Mode::new(r, bits));
+            *d = f(x, mode(r, c, base, i));
         }
     }
 
@@ -254,7 +259,38 @@ mod reference {
         adam: crate::reference::adam::step,
         lamb_pass1: crate::reference::lamb::pass1_blocks,
         lamb_pass2: crate::reference::lamb::pass2,
+        f32_to_fp8: |f, s, d, r, c, base| {
+            for (i, (d, &x)) in d.iter_mut().zip(s).enumerate() {
+                *d = quant::f32_to(f.format(), x, mode(r, c, base, i));
+            }
+        },
+        fp8_to_f32: |f, s, d| {
+            d.iter_mut()
+                .zip(s)
+                .for_each(|(d, &c)| *d = quant::to_f32(f.format(), c))
+        },
+        amax_bits: quant::amax_bits,
+        quantize_fp4: |f, s, p, sc, r, c, base| match f {
+            Fp4Scaling::Nv { tensor_scale } => {
+                quant::quantize_nvfp4(s, tensor_scale, p, sc, |i| mode(r, c, base, i))
+            }
+            Fp4Scaling::Mx => quant::quantize_mxfp4(s, p, sc, |i| mode(r, c, base, i)),
+        },
+        dequantize_fp4: |f, p, sc, d| match f {
+            Fp4Scaling::Nv { tensor_scale } => quant::dequantize_nvfp4(p, sc, tensor_scale, d),
+            Fp4Scaling::Mx => quant::dequantize_mxfp4(p, sc, d),
+        },
     };
+
+    /// Element `i`'s rounding mode (its random bits only when stochastic).
+    fn mode(r: Rounding, c: &BitsCoord, base: u64, i: usize) -> round::Mode {
+        let bits = if r == Rounding::Stochastic {
+            philox::element_bits(c, base + i as u64)
+        } else {
+            0
+        };
+        round::Mode::new(r, bits)
+    }
 }
 
 /// Instantiates every generic kernel for one lane type inside entry points compiled with the
@@ -313,6 +349,26 @@ macro_rules! simd_backend {
             unsafe fn lamb_pass2(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32) {
                 unsafe { kernels::optim::lamb_pass2::<$V>(c, x, t, r) }
             }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn f32_to_fp8(f: Fp8, s: &[f32], d: &mut [u8], r: Rounding, c: &BitsCoord, b: u64) {
+                unsafe { kernels::quant::f32_to_fp8::<$V>(f, s, d, r, c, b) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn fp8_to_f32(f: Fp8, s: &[u8], d: &mut [f32]) {
+                unsafe { kernels::quant::fp8_to_f32::<$V>(f, s, d) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn amax_bits(s: &[f32]) -> u32 {
+                unsafe { kernels::quant::amax_bits::<$V>(s) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn quantize_fp4(f: Fp4Scaling, s: &[f32], p: &mut [u8], sc: &mut [u8], r: Rounding, c: &BitsCoord, b: u64) {
+                unsafe { kernels::quant::quantize_fp4::<$V>(f, s, p, sc, r, c, b) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn dequantize_fp4(f: Fp4Scaling, p: &[u8], sc: &[u8], d: &mut [f32]) {
+                unsafe { kernels::quant::dequantize_fp4::<$V>(f, p, sc, d) }
+            }
 
             // SAFETY (every entry): `Backend::kernels` hands this table out only after
             // `Backend::is_available` confirmed the CPU has the target features.
@@ -329,6 +385,11 @@ macro_rules! simd_backend {
                 adam: |c, x, t| unsafe { adam(c, x, t) },
                 lamb_pass1: |c, x, t, o| unsafe { lamb_pass1(c, x, t, o) },
                 lamb_pass2: |c, x, t, r| unsafe { lamb_pass2(c, x, t, r) },
+                f32_to_fp8: |f, s, d, r, c, b| unsafe { f32_to_fp8(f, s, d, r, c, b) },
+                fp8_to_f32: |f, s, d| unsafe { fp8_to_f32(f, s, d) },
+                amax_bits: |s| unsafe { amax_bits(s) },
+                quantize_fp4: |f, s, p, sc, r, c, b| unsafe { quantize_fp4(f, s, p, sc, r, c, b) },
+                dequantize_fp4: |f, p, sc, d| unsafe { dequantize_fp4(f, p, sc, d) },
             };
         }
     };

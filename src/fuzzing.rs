@@ -35,10 +35,12 @@ pub enum Target {
     Lamb,
     /// A group of tensors (any optimizer) stepped in one call on thread pools of several sizes.
     Group,
+    /// fp8 E4M3 / E5M2 and NVFP4 / MXFP4 quantization and dequantization.
+    Quant,
 }
 
 /// Every target.
-pub const TARGETS: [Target; 7] = [
+pub const TARGETS: [Target; 8] = [
     Target::PhiloxBits,
     Target::Convert,
     Target::Sgd,
@@ -46,6 +48,7 @@ pub const TARGETS: [Target; 7] = [
     Target::Adam,
     Target::Lamb,
     Target::Group,
+    Target::Quant,
 ];
 
 impl Target {
@@ -59,6 +62,7 @@ impl Target {
             Target::Adam => "adam",
             Target::Lamb => "lamb",
             Target::Group => "group",
+            Target::Quant => "quant",
         }
     }
 }
@@ -75,6 +79,7 @@ pub fn check(target: Target, data: &[u8]) -> Result<(), String> {
         Target::Adam => adam(&mut u),
         Target::Lamb => lamb(&mut u),
         Target::Group => group(&mut u),
+        Target::Quant => quant(&mut u),
     };
     match r {
         Ok(r) => r,
@@ -317,6 +322,88 @@ fn convert(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
             .zip(&w2)
             .for_each(|(a, b)| *a = f32::from_bits(a.to_bits() ^ b.to_bits()));
         [r1, r2, r3, r4, r5, r6]
+    }))
+}
+
+/// Buffers for the quantizer target.
+#[derive(Clone, Debug)]
+struct QuantData {
+    src: Vec<f32>,
+    bytes: Vec<u8>,
+    fp8: Vec<u8>,
+    packed: Vec<u8>,
+    scales: Vec<u8>,
+    out: Vec<f32>,
+}
+
+fn quant(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
+    use crate::quant::Fp8;
+    // Up to a little past one 2048-element tile of the fp4 kernels.
+    let c = case(u, 2200)?;
+    let rounding = [
+        Rounding::NearestEven,
+        Rounding::Stochastic,
+        Rounding::TowardZero,
+    ][u.choose_index(3)?];
+    let fmt = [Fp8::E4M3, Fp8::E5M2][u.choose_index(2)?];
+    let n = c.len + c.off;
+    // Either the general mix or block-typical magnitudes (most elements near the block's amax).
+    let src = if bool::arbitrary(u)? {
+        values(u, n)?
+    } else {
+        let scale = value(u)?;
+        (0..n)
+            .map(|_| Ok(scale * (f32::from(u8::arbitrary(u)?) - 128.0) / 16.0))
+            .collect::<AResult<_>>()?
+    };
+    let pts_choice = u.int_in_range(0u8..=3)?;
+    let pts_other = hyper(u, &[1.0, 0.01, 1e-6, 3e3])?;
+    let data = QuantData {
+        src,
+        bytes: (0..n).map(|_| u8::arbitrary(u)).collect::<AResult<_>>()?,
+        fp8: vec![0x5A; n],
+        packed: vec![0x5A; n.div_ceil(2) + 8],
+        scales: vec![0x5A; n.div_ceil(16) + 8],
+        out: vec![0.0; 2 * n],
+    };
+    let bits = |d: &QuantData| {
+        let mut b: Vec<u32> = d.fp8.iter().map(|&x| u32::from(x)).collect();
+        b.extend(d.packed.iter().map(|&x| u32::from(x)));
+        b.extend(d.scales.iter().map(|&x| u32::from(x)));
+        b.extend(d.out.iter().map(|x| x.to_bits()));
+        b
+    };
+    let (o, len) = (c.off, c.len);
+    let (pb, sb) = (o / 2, o / 16);
+    Ok(compare(&(c, rounding, fmt), &data, bits, |e, d| {
+        let src = &d.src[o..];
+        let own = e.nvfp4_tensor_scale(src);
+        let pts = match pts_choice {
+            0 | 1 => own.as_ref().copied().unwrap_or(1.0),
+            _ => pts_other,
+        };
+        let r1 = e.f32_to_fp8(src, &mut d.fp8[o..], fmt, rounding, &c.ctx, &c.stream);
+        let r2 = e.fp8_to_f32(&d.bytes[o..], &mut d.out[o..n], fmt);
+        let (packed, scales) = (
+            &mut d.packed[pb..pb + len.div_ceil(2)],
+            &mut d.scales[sb..sb + len.div_ceil(16)],
+        );
+        let r3 = e.quantize_nvfp4(src, pts, packed, scales, rounding, &c.ctx, &c.stream);
+        let r4 = e.dequantize_nvfp4(packed, scales, pts, &mut d.out[n + o..]);
+        let mut mx = vec![0u8; len.div_ceil(32)];
+        let mut mx_packed = vec![0u8; len.div_ceil(2)];
+        let r5 = e.quantize_mxfp4(src, &mut mx_packed, &mut mx, rounding, &c.ctx, &c.stream);
+        let mut back = vec![0f32; len];
+        let r6 = e.dequantize_mxfp4(&mx_packed, &mx, &mut back);
+        // Fold the MXFP4 results into the compared buffers.
+        for (i, (b, p)) in back.iter().zip(&mx_packed).enumerate() {
+            d.out[o + i] = f32::from_bits(d.out[o + i].to_bits() ^ b.to_bits().rotate_left(7));
+            d.fp8[o + i] ^= p.rotate_left(3);
+        }
+        for (i, &m) in mx.iter().enumerate() {
+            d.fp8[o + i] ^= m;
+        }
+        ([r1, r2, r3, r4, r5, r6], own.map(f32::to_bits))
     }))
 }
 

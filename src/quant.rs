@@ -4,13 +4,13 @@
 //! `stream`, global index `stream.index_base + i`, purpose Weights), like the other conversions;
 //! block scales are deterministic.
 //!
-//! These run the reference implementation on every backend (the SIMD paths are not written yet);
-//! they validate like every other call and write nothing on error.
+//! The free functions run on [`Engine::global`]; the same operations are methods of [`Engine`].
+//! Every call validates first and writes nothing on error.
 
+use crate::dispatch::Engine;
 use crate::error::{Error, Result};
-use crate::reference::philox::element_bits;
-use crate::reference::quant::{self as q, E4M3, E5M2, Format, MXFP4_BLOCK, NVFP4_BLOCK};
-use crate::reference::round::Mode;
+use crate::kernels::quant::Fp4Scaling;
+use crate::reference::quant::{E4M3, E5M2, Format, MXFP4_BLOCK, NVFP4_BLOCK};
 use crate::rng::{Purpose, StepContext, TensorStream, coord};
 use crate::storage::{Rounding, check_len};
 
@@ -24,7 +24,7 @@ pub enum Fp8 {
 }
 
 impl Fp8 {
-    fn format(self) -> Format {
+    pub(crate) fn format(self) -> Format {
         match self {
             Fp8::E4M3 => E4M3,
             Fp8::E5M2 => E5M2,
@@ -32,70 +32,20 @@ impl Fp8 {
     }
 }
 
-/// Validates the RNG coordinates of `len` elements and returns each element's rounding mode.
-fn modes(
-    rounding: Rounding,
+/// Validates the RNG coordinates of `len` elements and returns them.
+fn rng_coord(
     ctx: &StepContext,
     stream: &TensorStream,
     len: usize,
-) -> Result<impl Fn(usize) -> Mode> {
+) -> Result<crate::reference::philox::BitsCoord> {
     stream.check(len)?;
     ctx.replica.slot()?;
-    let c = coord(ctx, stream, Purpose::Weights);
-    let base = stream.index_base;
-    Ok(move |i: usize| {
-        let bits = if rounding == Rounding::Stochastic {
-            element_bits(&c, base + i as u64)
-        } else {
-            0
-        };
-        Mode::new(rounding, bits)
-    })
-}
-
-/// f32 -> fp8 codes.
-pub fn f32_to_fp8(
-    src: &[f32],
-    dst: &mut [u8],
-    format: Fp8,
-    rounding: Rounding,
-    ctx: &StepContext,
-    stream: &TensorStream,
-) -> Result<()> {
-    check_len("dst", src.len(), dst.len())?;
-    let mode = modes(rounding, ctx, stream, src.len())?;
-    for (i, (d, &x)) in dst.iter_mut().zip(src).enumerate() {
-        *d = q::f32_to(format.format(), x, mode(i));
-    }
-    Ok(())
-}
-
-/// fp8 codes -> f32, exact.
-pub fn fp8_to_f32(src: &[u8], dst: &mut [f32], format: Fp8) -> Result<()> {
-    check_len("dst", src.len(), dst.len())?;
-    for (d, &c) in dst.iter_mut().zip(src) {
-        *d = q::to_f32(format.format(), c);
-    }
-    Ok(())
+    Ok(coord(ctx, stream, Purpose::Weights))
 }
 
 fn check_blocks(n: usize, packed: usize, scales: usize, block: usize) -> Result<()> {
     check_len("packed", n.div_ceil(2), packed)?;
     check_len("scales", n.div_ceil(block), scales)
-}
-
-/// NVFP4's per-tensor scale for `src`: `amax / 2688` (1 for an all-zero tensor). Fails on a
-/// tensor holding NaN or infinity.
-pub fn nvfp4_tensor_scale(src: &[f32]) -> Result<f32> {
-    let s = q::nvfp4_tensor_scale(q::amax_bits(src));
-    if s.is_nan() {
-        return Err(Error::InvalidHyperparameter {
-            name: "tensor amax",
-            value: f64::NAN,
-            expected: "finite (the tensor holds NaN or infinity)",
-        });
-    }
-    Ok(s)
 }
 
 fn check_tensor_scale(pts: f32) -> Result<()> {
@@ -110,9 +60,144 @@ fn check_tensor_scale(pts: f32) -> Result<()> {
     }
 }
 
-/// NVFP4: blocks of 16 from the slice start, E4M3 block scales relative to `tensor_scale` (see
-/// [`nvfp4_tensor_scale`]), E2M1 elements packed two per byte (element `2i` in the low nibble).
-/// `packed` must hold `ceil(n / 2)` bytes and `scales` `ceil(n / 16)`.
+impl Engine {
+    /// f32 -> fp8 codes.
+    pub fn f32_to_fp8(
+        &self,
+        src: &[f32],
+        dst: &mut [u8],
+        format: Fp8,
+        rounding: Rounding,
+        ctx: &StepContext,
+        stream: &TensorStream,
+    ) -> Result<()> {
+        check_len("dst", src.len(), dst.len())?;
+        let c = rng_coord(ctx, stream, src.len())?;
+        (self.k.f32_to_fp8)(format, src, dst, rounding, &c, stream.index_base);
+        Ok(())
+    }
+
+    /// fp8 codes -> f32, exact.
+    pub fn fp8_to_f32(&self, src: &[u8], dst: &mut [f32], format: Fp8) -> Result<()> {
+        check_len("dst", src.len(), dst.len())?;
+        (self.k.fp8_to_f32)(format, src, dst);
+        Ok(())
+    }
+
+    /// NVFP4's per-tensor scale for `src`: `amax / 2688` (1 for an all-zero tensor). Fails on a
+    /// tensor holding NaN or infinity.
+    pub fn nvfp4_tensor_scale(&self, src: &[f32]) -> Result<f32> {
+        let s = crate::reference::quant::nvfp4_tensor_scale((self.k.amax_bits)(src));
+        if s.is_nan() {
+            return Err(Error::InvalidHyperparameter {
+                name: "tensor amax",
+                value: f64::NAN,
+                expected: "finite (the tensor holds NaN or infinity)",
+            });
+        }
+        Ok(s)
+    }
+
+    /// NVFP4: blocks of 16 from the slice start, E4M3 block scales relative to `tensor_scale` (see
+    /// [`Engine::nvfp4_tensor_scale`]), E2M1 elements packed two per byte (element `2i` in the low
+    /// nibble). `packed` must hold `ceil(n / 2)` bytes and `scales` `ceil(n / 16)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn quantize_nvfp4(
+        &self,
+        src: &[f32],
+        tensor_scale: f32,
+        packed: &mut [u8],
+        scales: &mut [u8],
+        rounding: Rounding,
+        ctx: &StepContext,
+        stream: &TensorStream,
+    ) -> Result<()> {
+        check_blocks(src.len(), packed.len(), scales.len(), NVFP4_BLOCK)?;
+        check_tensor_scale(tensor_scale)?;
+        let c = rng_coord(ctx, stream, src.len())?;
+        let scaling = Fp4Scaling::Nv { tensor_scale };
+        (self.k.quantize_fp4)(
+            scaling,
+            src,
+            packed,
+            scales,
+            rounding,
+            &c,
+            stream.index_base,
+        );
+        Ok(())
+    }
+
+    /// NVFP4 -> f32 (`dst.len()` elements).
+    pub fn dequantize_nvfp4(
+        &self,
+        packed: &[u8],
+        scales: &[u8],
+        tensor_scale: f32,
+        dst: &mut [f32],
+    ) -> Result<()> {
+        check_blocks(dst.len(), packed.len(), scales.len(), NVFP4_BLOCK)?;
+        check_tensor_scale(tensor_scale)?;
+        (self.k.dequantize_fp4)(Fp4Scaling::Nv { tensor_scale }, packed, scales, dst);
+        Ok(())
+    }
+
+    /// MXFP4 (OCP MX v1.0): blocks of 32 from the slice start, E8M0 block scales, E2M1 elements
+    /// packed two per byte. `packed` must hold `ceil(n / 2)` bytes and `scales` `ceil(n / 32)`.
+    pub fn quantize_mxfp4(
+        &self,
+        src: &[f32],
+        packed: &mut [u8],
+        scales: &mut [u8],
+        rounding: Rounding,
+        ctx: &StepContext,
+        stream: &TensorStream,
+    ) -> Result<()> {
+        check_blocks(src.len(), packed.len(), scales.len(), MXFP4_BLOCK)?;
+        let c = rng_coord(ctx, stream, src.len())?;
+        (self.k.quantize_fp4)(
+            Fp4Scaling::Mx,
+            src,
+            packed,
+            scales,
+            rounding,
+            &c,
+            stream.index_base,
+        );
+        Ok(())
+    }
+
+    /// MXFP4 -> f32 (`dst.len()` elements).
+    pub fn dequantize_mxfp4(&self, packed: &[u8], scales: &[u8], dst: &mut [f32]) -> Result<()> {
+        check_blocks(dst.len(), packed.len(), scales.len(), MXFP4_BLOCK)?;
+        (self.k.dequantize_fp4)(Fp4Scaling::Mx, packed, scales, dst);
+        Ok(())
+    }
+}
+
+/// f32 -> fp8 codes.
+pub fn f32_to_fp8(
+    src: &[f32],
+    dst: &mut [u8],
+    format: Fp8,
+    rounding: Rounding,
+    ctx: &StepContext,
+    stream: &TensorStream,
+) -> Result<()> {
+    Engine::global()?.f32_to_fp8(src, dst, format, rounding, ctx, stream)
+}
+
+/// fp8 codes -> f32, exact.
+pub fn fp8_to_f32(src: &[u8], dst: &mut [f32], format: Fp8) -> Result<()> {
+    Engine::global()?.fp8_to_f32(src, dst, format)
+}
+
+/// NVFP4's per-tensor scale for `src` (see [`Engine::nvfp4_tensor_scale`]).
+pub fn nvfp4_tensor_scale(src: &[f32]) -> Result<f32> {
+    Engine::global()?.nvfp4_tensor_scale(src)
+}
+
+/// NVFP4 quantization (see [`Engine::quantize_nvfp4`]).
 pub fn quantize_nvfp4(
     src: &[f32],
     tensor_scale: f32,
@@ -122,11 +207,7 @@ pub fn quantize_nvfp4(
     ctx: &StepContext,
     stream: &TensorStream,
 ) -> Result<()> {
-    check_blocks(src.len(), packed.len(), scales.len(), NVFP4_BLOCK)?;
-    check_tensor_scale(tensor_scale)?;
-    let mode = modes(rounding, ctx, stream, src.len())?;
-    q::quantize_nvfp4(src, tensor_scale, packed, scales, mode);
-    Ok(())
+    Engine::global()?.quantize_nvfp4(src, tensor_scale, packed, scales, rounding, ctx, stream)
 }
 
 /// NVFP4 -> f32 (`dst.len()` elements).
@@ -136,14 +217,10 @@ pub fn dequantize_nvfp4(
     tensor_scale: f32,
     dst: &mut [f32],
 ) -> Result<()> {
-    check_blocks(dst.len(), packed.len(), scales.len(), NVFP4_BLOCK)?;
-    check_tensor_scale(tensor_scale)?;
-    q::dequantize_nvfp4(packed, scales, tensor_scale, dst);
-    Ok(())
+    Engine::global()?.dequantize_nvfp4(packed, scales, tensor_scale, dst)
 }
 
-/// MXFP4 (OCP MX v1.0): blocks of 32 from the slice start, E8M0 block scales, E2M1 elements
-/// packed two per byte. `packed` must hold `ceil(n / 2)` bytes and `scales` `ceil(n / 32)`.
+/// MXFP4 quantization (see [`Engine::quantize_mxfp4`]).
 pub fn quantize_mxfp4(
     src: &[f32],
     packed: &mut [u8],
@@ -152,15 +229,10 @@ pub fn quantize_mxfp4(
     ctx: &StepContext,
     stream: &TensorStream,
 ) -> Result<()> {
-    check_blocks(src.len(), packed.len(), scales.len(), MXFP4_BLOCK)?;
-    let mode = modes(rounding, ctx, stream, src.len())?;
-    q::quantize_mxfp4(src, packed, scales, mode);
-    Ok(())
+    Engine::global()?.quantize_mxfp4(src, packed, scales, rounding, ctx, stream)
 }
 
 /// MXFP4 -> f32 (`dst.len()` elements).
 pub fn dequantize_mxfp4(packed: &[u8], scales: &[u8], dst: &mut [f32]) -> Result<()> {
-    check_blocks(dst.len(), packed.len(), scales.len(), MXFP4_BLOCK)?;
-    q::dequantize_mxfp4(packed, scales, dst);
-    Ok(())
+    Engine::global()?.dequantize_mxfp4(packed, scales, dst)
 }

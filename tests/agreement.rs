@@ -563,3 +563,164 @@ fn lamb_norms_agree_across_many_reduction_blocks() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Quantizers (SPEC.md §4.5–§4.7)
+
+const ROUNDINGS: [Rounding; 3] = [
+    Rounding::NearestEven,
+    Rounding::Stochastic,
+    Rounding::TowardZero,
+];
+
+/// Two value mixes per case: `values` (magnitudes 2^-40 .. 2^20 with specials, so blocks mix
+/// flushed, subnormal and saturated elements, and some blocks hold NaN or infinity), and
+/// block-typical data (magnitudes within 2^-3 .. 2^3, no specials).
+fn quant_inputs(c: &Case) -> [Padded<f32>; 2] {
+    let mut r = rng(0x9A17 ^ (c.len as u64) << 4 ^ c.off as u64);
+    let wide = values(&mut r, c.len);
+    let narrow: Vec<f32> = (0..c.len)
+        .map(|_| common::log_uniform(&mut r, -3, 3))
+        .collect();
+    [Padded::new(&wide, c.off), Padded::new(&narrow, c.off)]
+}
+
+/// fp8 and fp4 both ways, every rounding, on one engine; everything the calls return or write.
+fn quantize_all(e: Engine, c: &Case, src: &Padded<f32>, codes: &Padded<u8>) -> Vec<String> {
+    use halfstep::quant::Fp8;
+    let n = c.len;
+    let mut out = Vec::new();
+    for rounding in ROUNDINGS {
+        for fmt in [Fp8::E4M3, Fp8::E5M2] {
+            let mut d = Padded::new(&vec![0xA5u8; n], c.off);
+            let r = e.f32_to_fp8(src.s(), d.m(), fmt, rounding, &c.ctx, &c.stream);
+            out.push(format!("fp8 {fmt:?} {rounding:?} {r:?} {:?}", d.buf));
+        }
+        // NVFP4 with the tensor's own scale (when finite) and with extreme ones.
+        let own = e.nvfp4_tensor_scale(src.s());
+        out.push(format!("pts {:?}", own.as_ref().map(|p| p.to_bits())));
+        let extremes: &[f32] = if cfg!(miri) {
+            &[] // the portable kernel's pointer code is the same for every scale
+        } else {
+            &[1.0, 1e-30, 3e30, f32::from_bits(1)]
+        };
+        for &pts in [own.unwrap_or(1.0)].iter().chain(extremes) {
+            let mut p = Padded::new(&vec![0xA5u8; n.div_ceil(2)], c.off);
+            let mut s = Padded::new(&vec![0xA5u8; n.div_ceil(16)], c.off);
+            let r = e.quantize_nvfp4(src.s(), pts, p.m(), s.m(), rounding, &c.ctx, &c.stream);
+            out.push(format!(
+                "nvfp4 {pts:e} {rounding:?} {r:?} {:?} {:?}",
+                p.buf, s.buf
+            ));
+        }
+        let mut p = Padded::new(&vec![0xA5u8; n.div_ceil(2)], c.off);
+        let mut s = Padded::new(&vec![0xA5u8; n.div_ceil(32)], c.off);
+        let r = e.quantize_mxfp4(src.s(), p.m(), s.m(), rounding, &c.ctx, &c.stream);
+        out.push(format!("mxfp4 {rounding:?} {r:?} {:?} {:?}", p.buf, s.buf));
+    }
+    // Decoding arbitrary bytes: every code, NaN scales included.
+    for fmt in [Fp8::E4M3, Fp8::E5M2] {
+        let mut d = Padded::new(&vec![0f32; n], c.off);
+        let r = e.fp8_to_f32(codes.s(), d.m(), fmt);
+        out.push(format!("fp8->f32 {fmt:?} {r:?} {:?}", bits32(&d.buf)));
+    }
+    let packed = &codes.s()[..n.div_ceil(2)];
+    for pts in [1.0f32, 0.37, 1e-30] {
+        let mut d = Padded::new(&vec![0f32; n], c.off);
+        let r = e.dequantize_nvfp4(packed, &codes.s()[..n.div_ceil(16)], pts, d.m());
+        out.push(format!("nvfp4->f32 {pts} {r:?} {:?}", bits32(&d.buf)));
+    }
+    let mut d = Padded::new(&vec![0f32; n], c.off);
+    let r = e.dequantize_mxfp4(packed, &codes.s()[..n.div_ceil(32)], d.m());
+    out.push(format!("mxfp4->f32 {r:?} {:?}", bits32(&d.buf)));
+    out
+}
+
+fn quant_agree(c: &Case) {
+    let mut r = rng(0xC0DE ^ c.len as u64);
+    let bytes: Vec<u8> = (0..c.len).map(|_| r.next_u32() as u8).collect();
+    let codes = Padded::new(&bytes, c.off);
+    // Under Miri one mix suffices: it checks pointer code, which does not depend on the values.
+    let mixes = if cfg!(miri) { 1 } else { 2 };
+    for src in quant_inputs(c).into_iter().take(mixes) {
+        let want = quantize_all(reference(), c, &src, &codes);
+        for e in backends() {
+            let got = quantize_all(e, c, &src, &codes);
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g, w, "{:?} {c:?}", e.backend());
+            }
+        }
+    }
+}
+
+#[test]
+fn quantizers_agree() {
+    for c in cases() {
+        quant_agree(&c);
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "long tensors: too slow under Miri")]
+fn fp4_quantizers_agree_across_tiles() {
+    // Lengths around the 2048-element tile of the fp4 kernels, bases that put RNG chunks across
+    // block boundaries.
+    for (len, base, off) in [
+        (2047usize, 0u64, 0usize),
+        (2048, 5, 3),
+        (2049, 1 << 40, 1),
+        (4096 + 33, 2047, 7),
+        (6001, 123_456_789, 2),
+    ] {
+        quant_agree(&Case {
+            len,
+            off,
+            ctx: StepContext::new(len as u64, 3),
+            stream: TensorStream {
+                id: 17,
+                index_base: base,
+            },
+        });
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "2^20 patterns: too slow under Miri")]
+fn every_f32_fp8_and_fp4_pattern_class_agrees_on_dense_sweeps() {
+    // The 2^20 patterns of the bf16/f16 sweep, quantized to E4M3, E5M2 and (as MXFP4 and NVFP4
+    // blocks) E2M1; and every byte decoded.
+    let src: Vec<f32> = (0..1u32 << 20)
+        .map(|i| f32::from_bits(i.wrapping_mul(4099).wrapping_add(i >> 3)))
+        .collect();
+    let c = Case {
+        len: src.len(),
+        off: 0,
+        ctx: StepContext::new(5, 9),
+        stream: TensorStream {
+            id: 11,
+            index_base: 3,
+        },
+    };
+    let bytes: Vec<u8> = (0..src.len()).map(|i| (i ^ i >> 8) as u8).collect();
+    let want = quantize_all(
+        reference(),
+        &c,
+        &Padded::new(&src, 0),
+        &Padded::new(&bytes, 0),
+    );
+    for e in backends() {
+        let got = quantize_all(e, &c, &Padded::new(&src, 0), &Padded::new(&bytes, 0));
+        for (g, w) in got.iter().zip(&want) {
+            if g != w {
+                let at = g.bytes().zip(w.bytes()).position(|(a, b)| a != b).unwrap();
+                panic!(
+                    "{:?}: {}… differs at {at}: got …{}… want …{}…",
+                    e.backend(),
+                    &w[..40.min(w.len())],
+                    &g[at.saturating_sub(60)..(at + 60).min(g.len())],
+                    &w[at.saturating_sub(60)..(at + 60).min(w.len())]
+                );
+            }
+        }
+    }
+}

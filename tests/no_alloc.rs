@@ -5,6 +5,7 @@ use halfstep::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Grads, LambConfig, LambTensor, Optimizer,
     Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Threads, Weights, bf16,
     convert,
+    quant::{self, Fp8},
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -57,6 +58,8 @@ fn optimizer_steps_and_conversions_do_not_allocate() {
     let grads: Vec<f32> = (0..N).map(|i| (i as f32).sin()).collect();
     let mut w = vec![bf16::ONE; N];
     let mut trail = vec![0u16; N];
+    let (mut q8, mut q4) = (vec![0u8; N], vec![0u8; N / 2]);
+    let (mut nv, mut mx) = (vec![0u8; N / 16], vec![0u8; N / 32]);
     let (mut a, mut b, mut c) = (vec![0.0f32; N], vec![0.5f32; N], vec![0.5f32; N]);
     let mut s16 = vec![bf16::ZERO; N];
     // On the calling thread: the pool's own queues are rayon's business (see the test below).
@@ -141,6 +144,24 @@ fn optimizer_steps_and_conversions_do_not_allocate() {
         )
         .unwrap();
         convert::bf16_to_f32(&out16, &mut out32).unwrap();
+        // The quantizers (the fp4 ones keep their tile buffers on the stack).
+        let s = TensorStream::new(5);
+        quant::f32_to_fp8(&grads, &mut q8, Fp8::E4M3, Rounding::Stochastic, &ctx, &s).unwrap();
+        quant::fp8_to_f32(&q8, &mut out32, Fp8::E5M2).unwrap();
+        let pts = quant::nvfp4_tensor_scale(&grads).unwrap();
+        quant::quantize_nvfp4(
+            &grads,
+            pts,
+            &mut q4,
+            &mut nv,
+            Rounding::Stochastic,
+            &ctx,
+            &s,
+        )
+        .unwrap();
+        quant::dequantize_nvfp4(&q4, &nv, pts, &mut out32).unwrap();
+        quant::quantize_mxfp4(&grads, &mut q4, &mut mx, Rounding::NearestEven, &ctx, &s).unwrap();
+        quant::dequantize_mxfp4(&q4, &mx, &mut out32).unwrap();
     });
     assert_eq!(n, 0, "the step path allocated {n} times");
     // The counter works (the test could not pass vacuously).

@@ -87,6 +87,18 @@ pub(crate) trait Simd: Copy + 'static {
     /// Stores the low 16 bits of each lane.
     unsafe fn store_u16(p: *mut u16, v: Self::U);
 
+    // ---- 8-bit and 4-bit memory (the low-bit formats)
+    /// Loads `LANES` bytes, zero-extended.
+    unsafe fn load_u8(p: *const u8) -> Self::U;
+    /// Stores the low 8 bits of each lane (`LANES` bytes).
+    unsafe fn store_u8(p: *mut u8, v: Self::U);
+    /// Reads `LANES / 2` bytes; lane `2k` gets the low nibble of byte `k`, lane `2k + 1` the high.
+    unsafe fn load_nibbles(p: *const u8) -> Self::U;
+    /// Writes `LANES / 2` bytes: byte `k` = `(v[2k] & 0xF) | (v[2k + 1] & 0xF) << 4`.
+    unsafe fn store_nibbles(p: *mut u8, v: Self::U);
+    /// The largest lane, unsigned.
+    unsafe fn reduce_max_u(a: Self::U) -> u32;
+
     // ---- f64 sums of squares (SPEC.md §7)
     unsafe fn acc_zero() -> Self::Acc;
     /// Adds `x²` (in f64, exact squares) of each lane to reduction lane `lane0 + lane`

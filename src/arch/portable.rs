@@ -175,6 +175,30 @@ impl Simd for Portable {
     }
 
     #[inline(always)]
+    unsafe fn load_u8(p: *const u8) -> [u32; L] {
+        unsafe { p.cast::<[u8; L]>().read_unaligned() }.map(u32::from)
+    }
+    #[inline(always)]
+    unsafe fn store_u8(p: *mut u8, v: [u32; L]) {
+        unsafe { p.cast::<[u8; L]>().write_unaligned(v.map(|x| x as u8)) }
+    }
+    #[inline(always)]
+    unsafe fn load_nibbles(p: *const u8) -> [u32; L] {
+        let b = unsafe { p.cast::<[u8; L / 2]>().read_unaligned() };
+        core::array::from_fn(|i| u32::from(b[i / 2] >> (4 * (i % 2))) & 0xF)
+    }
+    #[inline(always)]
+    unsafe fn store_nibbles(p: *mut u8, v: [u32; L]) {
+        let b: [u8; L / 2] =
+            core::array::from_fn(|k| ((v[2 * k] & 0xF) | (v[2 * k + 1] & 0xF) << 4) as u8);
+        unsafe { p.cast::<[u8; L / 2]>().write_unaligned(b) }
+    }
+    #[inline(always)]
+    unsafe fn reduce_max_u(a: [u32; L]) -> u32 {
+        a.into_iter().fold(0, u32::max)
+    }
+
+    #[inline(always)]
     unsafe fn acc_zero() -> [f64; 16] {
         [0.0; 16]
     }

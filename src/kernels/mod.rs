@@ -14,6 +14,7 @@
 
 pub(crate) mod convert;
 pub(crate) mod optim;
+pub(crate) mod quant;
 pub(crate) mod round;
 
 use crate::arch::{MAX_LANES, Simd};

@@ -182,6 +182,46 @@ impl Simd for Neon {
     }
 
     #[inline(always)]
+    unsafe fn load_u8(p: *const u8) -> uint32x4_t {
+        unsafe {
+            let w = p.cast::<u32>().read_unaligned();
+            let b = vreinterpret_u8_u32(vdup_n_u32(w));
+            vmovl_u16(vget_low_u16(vmovl_u8(b)))
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_u8(p: *mut u8, v: uint32x4_t) {
+        unsafe {
+            let h = vmovn_u32(v);
+            let b = vmovn_u16(vcombine_u16(h, h));
+            let w = vget_lane_u32::<0>(vreinterpret_u32_u8(b));
+            p.cast::<u32>().write_unaligned(w)
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_nibbles(p: *const u8) -> uint32x4_t {
+        unsafe {
+            let (b0, b1) = (u32::from(*p), u32::from(*p.add(1)));
+            let lanes = [b0 & 0xF, b0 >> 4, b1 & 0xF, b1 >> 4];
+            vld1q_u32(lanes.as_ptr())
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_nibbles(p: *mut u8, v: uint32x4_t) {
+        unsafe {
+            // Within each 64-bit lane, the upper u32's nibble moves next to the lower one's.
+            let v = vreinterpretq_u64_u32(vandq_u32(v, vdupq_n_u32(0xF)));
+            let pairs = vorrq_u64(v, vshrq_n_u64::<28>(v));
+            *p = vgetq_lane_u64::<0>(pairs) as u8;
+            *p.add(1) = vgetq_lane_u64::<1>(pairs) as u8;
+        }
+    }
+    #[inline(always)]
+    unsafe fn reduce_max_u(a: uint32x4_t) -> u32 {
+        unsafe { vmaxvq_u32(a) }
+    }
+
+    #[inline(always)]
     unsafe fn acc_zero() -> [float64x2_t; 8] {
         unsafe { [vdupq_n_f64(0.0); 8] }
     }

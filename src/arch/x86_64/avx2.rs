@@ -172,6 +172,68 @@ impl Simd for Avx2 {
     }
 
     #[inline(always)]
+    unsafe fn load_u8(p: *const u8) -> __m256i {
+        unsafe { _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn store_u8(p: *mut u8, v: __m256i) {
+        unsafe {
+            // Byte 0 of each u32 to the low dword of its 128-bit half, then the two dwords together.
+            let bytes = _mm256_shuffle_epi8(
+                v,
+                _mm256_setr_epi8(
+                    0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, //
+                    0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                ),
+            );
+            let joined =
+                _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
+            _mm_storel_epi64(p.cast(), _mm256_castsi256_si128(joined))
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_nibbles(p: *const u8) -> __m256i {
+        unsafe {
+            // One byte per 64-bit lane; its high nibble moves to the lane's upper u32.
+            let w = p.cast::<i32>().read_unaligned();
+            let x = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(w));
+            let lo = _mm256_and_si256(x, _mm256_set1_epi64x(0xF));
+            let hi = _mm256_slli_epi64::<28>(_mm256_and_si256(x, _mm256_set1_epi64x(0xF0)));
+            _mm256_or_si256(lo, hi)
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_nibbles(p: *mut u8, v: __m256i) {
+        unsafe {
+            // Within each 64-bit lane, the upper u32's nibble moves next to the lower one's; then
+            // byte 0 of each 64-bit lane is gathered into the low dword.
+            let v = _mm256_and_si256(v, _mm256_set1_epi32(0xF));
+            let pairs = _mm256_or_si256(v, _mm256_srli_epi64::<28>(v));
+            let bytes = _mm256_shuffle_epi8(
+                pairs,
+                _mm256_setr_epi8(
+                    0, 8, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, //
+                    -1, -1, 0, 8, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                ),
+            );
+            let joined = _mm_or_si128(
+                _mm256_castsi256_si128(bytes),
+                _mm256_extracti128_si256::<1>(bytes),
+            );
+            p.cast::<i32>().write_unaligned(_mm_cvtsi128_si32(joined))
+        }
+    }
+    #[inline(always)]
+    unsafe fn reduce_max_u(a: __m256i) -> u32 {
+        unsafe {
+            let m = _mm_max_epu32(_mm256_castsi256_si128(a), _mm256_extracti128_si256::<1>(a));
+            let m = _mm_max_epu32(m, _mm_shuffle_epi32::<0b01_00_11_10>(m));
+            let m = _mm_max_epu32(m, _mm_shuffle_epi32::<0b10_11_00_01>(m));
+            _mm_cvtsi128_si32(m) as u32
+        }
+    }
+
+    #[inline(always)]
     unsafe fn acc_zero() -> [__m256d; 4] {
         unsafe { [_mm256_setzero_pd(); 4] }
     }

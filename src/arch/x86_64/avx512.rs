@@ -167,6 +167,38 @@ impl Simd for Avx512 {
     }
 
     #[inline(always)]
+    unsafe fn load_u8(p: *const u8) -> __m512i {
+        unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn store_u8(p: *mut u8, v: __m512i) {
+        unsafe { _mm_storeu_si128(p.cast(), _mm512_cvtepi32_epi8(v)) }
+    }
+    #[inline(always)]
+    unsafe fn load_nibbles(p: *const u8) -> __m512i {
+        unsafe {
+            // One byte per 64-bit lane; its high nibble moves to the lane's upper u32.
+            let x = _mm512_cvtepu8_epi64(_mm_loadl_epi64(p.cast()));
+            let lo = _mm512_and_si512(x, _mm512_set1_epi64(0xF));
+            let hi = _mm512_slli_epi64::<28>(_mm512_and_si512(x, _mm512_set1_epi64(0xF0)));
+            _mm512_or_si512(lo, hi)
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_nibbles(p: *mut u8, v: __m512i) {
+        unsafe {
+            // Within each 64-bit lane, the upper u32's nibble moves next to the lower one's.
+            let v = _mm512_and_si512(v, _mm512_set1_epi32(0xF));
+            let pairs = _mm512_or_si512(v, _mm512_srli_epi64::<28>(v));
+            _mm_storel_epi64(p.cast(), _mm512_cvtepi64_epi8(pairs))
+        }
+    }
+    #[inline(always)]
+    unsafe fn reduce_max_u(a: __m512i) -> u32 {
+        unsafe { _mm512_reduce_max_epu32(a) }
+    }
+
+    #[inline(always)]
     unsafe fn acc_zero() -> [__m512d; 2] {
         unsafe { [_mm512_setzero_pd(); 2] }
     }
