@@ -1,9 +1,13 @@
-//! Criterion benchmarks: every kernel on every available backend at 64K, 1M and 16M elements,
-//! with a same-traffic copy loop (reads and writes exactly the bytes the kernel must move) as
-//! the roof. Throughput is reported in elements; bytes per element are in the group name.
+//! Criterion benchmarks: every kernel on every available backend at 4K, 64K, 1M, 16M and 64M
+//! elements, on 1 and 2 threads, each next to a same-traffic copy loop (reads and writes exactly
+//! the bytes the kernel must move) run the same way: the roof. Throughput is reported in elements
+//! and bytes; bytes per element are also in the group name. On `t` threads the tensor is cut into
+//! `t` equal pieces (whole RNG groups and fp4 blocks, each with its own index base, as the
+//! parallel driver cuts it) stepped at once on a pool of `t` threads.
 //!
-//! `cargo bench --bench kernels` (all), or filter: `cargo bench --bench kernels -- 'adam.*/1M'`.
-//! `HALFSTEP_BENCH_SIZES=65536` limits the sizes.
+//! `cargo bench --bench kernels` (all), or filter: `cargo bench --bench kernels -- 'adam.*/1Mx'`.
+//! Environment: `HALFSTEP_BENCH_SIZES=65536,1048576` (elements), `HALFSTEP_BENCH_THREADS=1,2`.
+//! `python3 tools/bench_report.py` turns the saved results into BENCHMARKS.md's tables and plots.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use halfstep::rng::Purpose;
@@ -15,10 +19,36 @@ use halfstep::{
 use std::hint::black_box;
 use std::time::Duration;
 
-fn sizes() -> Vec<usize> {
-    match std::env::var("HALFSTEP_BENCH_SIZES") {
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    match std::env::var(name) {
         Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
-        Err(_) => vec![1 << 16, 1 << 20, 1 << 24],
+        Err(_) => default.to_vec(),
+    }
+}
+
+fn sizes() -> Vec<usize> {
+    env_list(
+        "HALFSTEP_BENCH_SIZES",
+        &[1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 26],
+    )
+}
+
+fn threads() -> Vec<usize> {
+    env_list("HALFSTEP_BENCH_THREADS", &[1, 2])
+}
+
+/// One piece of a kernel's work (its own buffers), runnable on any thread.
+type Piece = Box<dyn FnMut(Engine) + Send>;
+
+/// Runs every piece, halving the list with `join` (on the pool the caller installed).
+fn run_pieces(pieces: &mut [Piece], e: Engine) {
+    match pieces.len() {
+        0 => {}
+        1 => pieces[0](e),
+        k => {
+            let (a, b) = pieces.split_at_mut(k / 2);
+            rayon_core::join(|| run_pieces(a, e), || run_pieces(b, e));
+        }
     }
 }
 
@@ -64,40 +94,66 @@ impl CopyLoop {
     }
 }
 
-/// Registers `name` for every size: one copy-loop roof and one run per backend.
+/// Registers `name` for every size and thread count: one copy-loop roof and one run per backend.
+/// `make(elements, index_base)` builds one piece.
 fn group(
     c: &mut Criterion,
     name: &str,
     read_bytes: impl Into<f64>,
     write_bytes: impl Into<f64>,
-    mut make: impl FnMut(usize) -> Box<dyn FnMut(Engine)>,
+    mut make: impl FnMut(usize, u64) -> Piece,
 ) {
     let (read_bytes, write_bytes) = (read_bytes.into(), write_bytes.into());
     for n in sizes() {
-        let mut g = c.benchmark_group(format!("{name}/{}B-per-elem", read_bytes + write_bytes));
-        g.throughput(Throughput::Elements(n as u64));
-        if n >= 1 << 20 {
-            g.sample_size(10)
-                .warm_up_time(Duration::from_millis(500))
-                .measurement_time(Duration::from_secs(2));
-        } else {
-            g.warm_up_time(Duration::from_millis(300))
-                .measurement_time(Duration::from_secs(1));
-        }
-        let mut copy = CopyLoop::new(n, read_bytes, write_bytes);
-        g.bench_function(BenchmarkId::new("copy-roof", label(n)), |b| {
-            b.iter(|| copy.run())
-        });
-        let mut run = make(n);
-        for e in engines() {
-            if e.backend() == Backend::Reference && n > 1 << 20 {
-                continue; // minutes per sample, and not a product path
-            }
-            g.bench_function(BenchmarkId::new(e.backend().name(), label(n)), |b| {
-                b.iter(|| run(e))
+        for t in threads() {
+            let pool = rayon_core::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .unwrap();
+            let mut g = c.benchmark_group(format!("{name}/{}B-per-elem", read_bytes + write_bytes));
+            g.throughput(Throughput::ElementsAndBytes {
+                elements: n as u64,
+                bytes: ((read_bytes + write_bytes) * n as f64) as u64,
             });
+            if n >= 1 << 20 {
+                g.sample_size(10)
+                    .warm_up_time(Duration::from_millis(300))
+                    .measurement_time(Duration::from_secs(1));
+            } else {
+                g.warm_up_time(Duration::from_millis(200))
+                    .measurement_time(Duration::from_millis(700));
+            }
+            let id = |f: &str| BenchmarkId::new(f, format!("{}x{t}T", label(n)));
+            // One thread runs on the calling thread, as a single-tensor call does.
+            let timed = |pieces: &mut Vec<Piece>, e: Engine| {
+                if t == 1 {
+                    run_pieces(pieces, e)
+                } else {
+                    pool.install(|| run_pieces(pieces, e))
+                }
+            };
+            let piece = n / t;
+            let mut copy: Vec<Piece> = (0..t)
+                .map(|_| {
+                    let mut c = CopyLoop::new(piece, read_bytes, write_bytes);
+                    Box::new(move |_: Engine| c.run()) as Piece
+                })
+                .collect();
+            let any = Engine::new(Backend::Reference).unwrap();
+            g.bench_function(id("copy-roof"), |b| b.iter(|| timed(&mut copy, any)));
+            drop(copy);
+            let mut run: Vec<Piece> = (0..t).map(|k| make(piece, (k * piece) as u64)).collect();
+            for e in engines() {
+                if e.backend() == Backend::Reference && n > 1 << 20 {
+                    continue; // minutes per sample, and not a product path
+                }
+                if e.backend() == Backend::Portable && n > 1 << 24 {
+                    continue; // seconds per sample; its 16M row shows the trend
+                }
+                g.bench_function(id(e.backend().name()), |b| b.iter(|| timed(&mut run, e)));
+            }
+            g.finish();
         }
-        g.finish();
     }
 }
 
@@ -116,11 +172,14 @@ fn split_model(n: usize) -> (Vec<bf16>, Vec<u16>, Vec<bf16>) {
 
 fn benches(c: &mut Criterion) {
     let ctx = StepContext::new(7, 3);
-    let stream = TensorStream::new(1);
 
-    group(c, "philox_bits", 0, 2, |n| {
+    group(c, "philox_bits", 0, 2, |n, base| {
+        let stream = TensorStream {
+            id: 1,
+            index_base: base,
+        };
         let mut out = vec![0u16; n];
-        Box::new(move |e| {
+        Box::new(move |e: Engine| {
             e.fill_element_bits(&ctx, &stream, Purpose::Weights, &mut out)
                 .unwrap()
         })
@@ -129,23 +188,35 @@ fn benches(c: &mut Criterion) {
         ("f32_to_bf16_nearest", Rounding::NearestEven),
         ("f32_to_bf16_stochastic", Rounding::Stochastic),
     ] {
-        group(c, name, 4, 2, |n| {
+        group(c, name, 4, 2, |n, base| {
+            let stream = TensorStream {
+                id: 1,
+                index_base: base,
+            };
             let (src, mut dst) = (data(n), vec![bf16::ZERO; n]);
-            Box::new(move |e| e.f32_to_bf16(&src, &mut dst, r, &ctx, &stream).unwrap())
+            Box::new(move |e: Engine| e.f32_to_bf16(&src, &mut dst, r, &ctx, &stream).unwrap())
         });
     }
     for (name, r) in [
         ("f32_to_f16_nearest", Rounding::NearestEven),
         ("f32_to_f16_stochastic", Rounding::Stochastic),
     ] {
-        group(c, name, 4, 2, |n| {
+        group(c, name, 4, 2, |n, base| {
+            let stream = TensorStream {
+                id: 1,
+                index_base: base,
+            };
             let (src, mut dst) = (data(n), vec![f16::ZERO; n]);
-            Box::new(move |e| e.f32_to_f16(&src, &mut dst, r, &ctx, &stream).unwrap())
+            Box::new(move |e: Engine| e.f32_to_f16(&src, &mut dst, r, &ctx, &stream).unwrap())
         });
     }
 
     // IPEX's rows: split weights (top + trail), bf16 gradients, f32 state.
-    group(c, "sgd_split_bf16grad_f32momentum", 10, 8, |n| {
+    group(c, "sgd_split_bf16grad_f32momentum", 10, 8, |n, base| {
+        let stream = TensorStream {
+            id: 1,
+            index_base: base,
+        };
         let (mut top, mut trail, g) = split_model(n);
         let mut m = vec![0f32; n];
         let cfg = SgdConfig {
@@ -153,7 +224,7 @@ fn benches(c: &mut Criterion) {
             momentum: 0.9,
             ..Default::default()
         };
-        Box::new(move |e| {
+        Box::new(move |e: Engine| {
             e.sgd_step(
                 &cfg,
                 &ctx,
@@ -170,11 +241,15 @@ fn benches(c: &mut Criterion) {
             .unwrap()
         })
     });
-    group(c, "adagrad_split_bf16grad_f32sum", 10, 8, |n| {
+    group(c, "adagrad_split_bf16grad_f32sum", 10, 8, |n, base| {
+        let stream = TensorStream {
+            id: 1,
+            index_base: base,
+        };
         let (mut top, mut trail, g) = split_model(n);
         let mut s = vec![0.1f32; n];
         let cfg = AdagradConfig::default();
-        Box::new(move |e| {
+        Box::new(move |e: Engine| {
             e.adagrad_step(
                 &cfg,
                 &ctx,
@@ -191,11 +266,15 @@ fn benches(c: &mut Criterion) {
             .unwrap()
         })
     });
-    group(c, "adam_split_bf16grad_f32state", 14, 12, |n| {
+    group(c, "adam_split_bf16grad_f32state", 14, 12, |n, base| {
+        let stream = TensorStream {
+            id: 1,
+            index_base: base,
+        };
         let (mut top, mut trail, g) = split_model(n);
         let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
         let cfg = AdamConfig::adam(1e-3);
-        Box::new(move |e| {
+        Box::new(move |e: Engine| {
             e.adam_step(
                 &cfg,
                 &ctx,
@@ -215,11 +294,15 @@ fn benches(c: &mut Criterion) {
         })
     });
     // PyTorch's fused AdamW row: everything f32.
-    group(c, "adamw_f32", 16, 12, |n| {
+    group(c, "adamw_f32", 16, 12, |n, base| {
+        let stream = TensorStream {
+            id: 1,
+            index_base: base,
+        };
         let (mut w, g) = (data(n), data(n));
         let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
         let cfg = AdamConfig::adamw(1e-3);
-        Box::new(move |e| {
+        Box::new(move |e: Engine| {
             e.adam_step(
                 &cfg,
                 &ctx,
@@ -236,13 +319,17 @@ fn benches(c: &mut Criterion) {
         })
     });
     // bf16 weights and bf16 states, all stochastically rounded: the RNG-heaviest step.
-    group(c, "adamw_bf16_sr_everywhere", 8, 6, |n| {
+    group(c, "adamw_bf16_sr_everywhere", 8, 6, |n, base| {
+        let stream = TensorStream {
+            id: 1,
+            index_base: base,
+        };
         let w = data(n);
         let mut wb: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x)).collect();
         let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
         let (mut m, mut v) = (vec![bf16::ZERO; n], vec![bf16::ZERO; n]);
         let cfg = AdamConfig::adamw(1e-3);
-        Box::new(move |e| {
+        Box::new(move |e: Engine| {
             e.adam_step(
                 &cfg,
                 &ctx,
@@ -259,11 +346,15 @@ fn benches(c: &mut Criterion) {
         })
     });
     // LAMB reads p, g, m, v and writes m, v in pass 1, reads p, m, v and writes p in pass 2.
-    group(c, "lamb_split_bf16grad_f32state", 28, 12, |n| {
+    group(c, "lamb_split_bf16grad_f32state", 28, 12, |n, base| {
+        let stream = TensorStream {
+            id: 1,
+            index_base: base,
+        };
         let (mut top, mut trail, g) = split_model(n);
         let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
         let cfg = LambConfig::default();
-        Box::new(move |e| {
+        Box::new(move |e: Engine| {
             e.lamb_step(
                 &cfg,
                 &ctx,
@@ -289,13 +380,16 @@ fn benches(c: &mut Criterion) {
 fn quantizers(c: &mut Criterion) {
     use halfstep::quant::Fp8;
     let ctx = StepContext::new(7, 3);
-    let stream = TensorStream::new(1);
     for (mode, r) in [
         ("nearest", Rounding::NearestEven),
         ("stochastic", Rounding::Stochastic),
     ] {
         for (name, fmt) in [("e4m3", Fp8::E4M3), ("e5m2", Fp8::E5M2)] {
-            group(c, &format!("{name}_{mode}"), 4.0, 1.0, |n| {
+            group(c, &format!("{name}_{mode}"), 4.0, 1.0, |n, base| {
+                let stream = TensorStream {
+                    id: 1,
+                    index_base: base,
+                };
                 let src = data(n);
                 let mut codes = vec![0u8; n];
                 Box::new(move |e: Engine| {
@@ -304,30 +398,52 @@ fn quantizers(c: &mut Criterion) {
                 })
             });
         }
-        group(c, &format!("nvfp4_{mode}"), 4.0, 0.5 + 1.0 / 16.0, |n| {
-            let src = data(n);
-            let (mut packed, mut scales) = (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(16)]);
-            Box::new(move |e: Engine| {
-                let pts = e.nvfp4_tensor_scale(&src).unwrap();
-                e.quantize_nvfp4(&src, pts, &mut packed, &mut scales, r, &ctx, &stream)
-                    .unwrap()
-            })
-        });
-        group(c, &format!("mxfp4_{mode}"), 4.0, 0.5 + 1.0 / 32.0, |n| {
-            let src = data(n);
-            let (mut packed, mut scales) = (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(32)]);
-            Box::new(move |e: Engine| {
-                e.quantize_mxfp4(&src, &mut packed, &mut scales, r, &ctx, &stream)
-                    .unwrap()
-            })
-        });
+        group(
+            c,
+            &format!("nvfp4_{mode}"),
+            4.0,
+            0.5 + 1.0 / 16.0,
+            |n, base| {
+                let stream = TensorStream {
+                    id: 1,
+                    index_base: base,
+                };
+                let src = data(n);
+                let (mut packed, mut scales) =
+                    (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(16)]);
+                Box::new(move |e: Engine| {
+                    let pts = e.nvfp4_tensor_scale(&src).unwrap();
+                    e.quantize_nvfp4(&src, pts, &mut packed, &mut scales, r, &ctx, &stream)
+                        .unwrap()
+                })
+            },
+        );
+        group(
+            c,
+            &format!("mxfp4_{mode}"),
+            4.0,
+            0.5 + 1.0 / 32.0,
+            |n, base| {
+                let stream = TensorStream {
+                    id: 1,
+                    index_base: base,
+                };
+                let src = data(n);
+                let (mut packed, mut scales) =
+                    (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(32)]);
+                Box::new(move |e: Engine| {
+                    e.quantize_mxfp4(&src, &mut packed, &mut scales, r, &ctx, &stream)
+                        .unwrap()
+                })
+            },
+        );
     }
-    group(c, "e4m3_to_f32", 1.0, 4.0, |n| {
+    group(c, "e4m3_to_f32", 1.0, 4.0, |n, _| {
         let codes: Vec<u8> = (0..n).map(|i| (i * 37) as u8).collect();
         let mut dst = vec![0f32; n];
         Box::new(move |e: Engine| e.fp8_to_f32(&codes, &mut dst, Fp8::E4M3).unwrap())
     });
-    group(c, "nvfp4_to_f32", 0.5 + 1.0 / 16.0, 4.0, |n| {
+    group(c, "nvfp4_to_f32", 0.5 + 1.0 / 16.0, 4.0, |n, _| {
         let packed: Vec<u8> = (0..n.div_ceil(2)).map(|i| (i * 37) as u8).collect();
         let scales: Vec<u8> = (0..n.div_ceil(16)).map(|i| (i % 100) as u8 + 8).collect();
         let mut dst = vec![0f32; n];

@@ -7,8 +7,10 @@ Prints a markdown table with the ratio peer / halfstep (> 1: halfstep is faster)
 Needs the peers' environment (`bash ../shared/bench/setup-peers.sh`; torch 2.8 + IPEX 2.8):
   cargo build --release --example step_timer
   ~/.cache/halfstep-peers/bin/python tools/peers_side_by_side.py --threads 1 2 --sizes 65536 1048576 67108864
+With `--json FILE` the rows are also written to FILE for tools/bench_report.py (peer columns and plot marks).
 """
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -80,7 +82,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1 << 16, 1 << 20, 1 << 26])
+    ap.add_argument("--json", help="also write the rows to this file")
     a = ap.parse_args()
+    rows = []
     print(f"torch {torch.__version__}, halfstep backend from HALFSTEP_BACKEND or detection\n")
     print("| kernel | peer | elements | threads | peer ns/param | halfstep ns/param | peer / halfstep |")
     print("|---|---|---|---|---|---|---|")
@@ -91,6 +95,11 @@ def main():
                 p = median_ns_per_param(step, n)
                 h = ours(kernel, n, t)
                 print(f"| {kernel} | {name} | {n} | {t} | {p:.3f} | {h:.3f} | {p / h:.2f}x |", flush=True)
+                rows.append({"kernel": kernel, "peer": name, "elements": n, "threads": t,
+                             "peer_ns": p, "halfstep_ns": h})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"torch": torch.__version__, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
