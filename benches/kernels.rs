@@ -6,7 +6,8 @@
 //! parallel driver cuts it) stepped at once on a pool of `t` threads.
 //!
 //! `cargo bench --bench kernels` (all), or filter: `cargo bench --bench kernels -- 'adam.*/1Mx'`.
-//! Environment: `HALFSTEP_BENCH_SIZES=65536,1048576` (elements), `HALFSTEP_BENCH_THREADS=1,2`.
+//! Environment: `HALFSTEP_BENCH_SIZES=65536,1048576` (elements), `HALFSTEP_BENCH_THREADS=1,2`,
+//! `HALFSTEP_BENCH_SLOW=1` to include the reference above 1M and the portable backend above 16M.
 //! `python3 tools/bench_report.py` turns the saved results into BENCHMARKS.md's tables and plots.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -144,11 +145,12 @@ fn group(
             drop(copy);
             let mut run: Vec<Piece> = (0..t).map(|k| make(piece, (k * piece) as u64)).collect();
             for e in engines() {
-                if e.backend() == Backend::Reference && n > 1 << 20 {
-                    continue; // minutes per sample, and not a product path
-                }
-                if e.backend() == Backend::Portable && n > 1 << 24 {
-                    continue; // seconds per sample; its 16M row shows the trend
+                // Seconds per sample, and not product paths (their smaller sizes show the trend):
+                // the reference above 1M and the portable backend above 16M run only when asked.
+                let slow = (e.backend() == Backend::Reference && n > 1 << 20)
+                    || (e.backend() == Backend::Portable && n > 1 << 24);
+                if slow && std::env::var_os("HALFSTEP_BENCH_SLOW").is_none() {
+                    continue;
                 }
                 g.bench_function(id(e.backend().name()), |b| b.iter(|| timed(&mut run, e)));
             }
