@@ -914,7 +914,7 @@ pub unsafe extern "C" fn hs_f32_to_fp8(
         let (f, r, ctx) = (fp8(format)?, rounding(rounding_mode)?, context(ctx)?);
         let stream = stream_of(stream_id, index_base);
         let (src, dst) = unsafe { (slice(src, len), slice_mut(dst, len)) };
-        Ok(crate::quant::f32_to_fp8(src, dst, f, r, &ctx, &stream)?)
+        Ok(engine()?.f32_to_fp8(src, dst, f, r, &ctx, &stream)?)
     })
 }
 
@@ -931,7 +931,7 @@ pub unsafe extern "C" fn hs_fp8_to_f32(
         check_ptr(dst, len, "dst")?;
         let f = fp8(format)?;
         let (src, dst) = unsafe { (slice(src, len), slice_mut(dst, len)) };
-        Ok(crate::quant::fp8_to_f32(src, dst, f)?)
+        Ok(engine()?.fp8_to_f32(src, dst, f)?)
     })
 }
 
@@ -945,7 +945,7 @@ pub unsafe extern "C" fn hs_nvfp4_tensor_scale(
     guard(|| {
         check_ptr(src, len, "src")?;
         check_ptr(out, 1, "out")?;
-        let s = crate::quant::nvfp4_tensor_scale(unsafe { slice(src, len) })?;
+        let s = engine()?.nvfp4_tensor_scale(unsafe { slice(src, len) })?;
         unsafe { *out = s };
         Ok(())
     })
@@ -984,7 +984,7 @@ pub unsafe extern "C" fn hs_quantize_nvfp4(
         let (r, ctx) = (rounding(rounding_mode)?, context(ctx)?);
         let stream = stream_of(stream_id, index_base);
         unsafe {
-            Ok(crate::quant::quantize_nvfp4(
+            Ok(engine()?.quantize_nvfp4(
                 slice(src, len),
                 tensor_scale,
                 slice_mut(packed, np),
@@ -1010,7 +1010,7 @@ pub unsafe extern "C" fn hs_dequantize_nvfp4(
         let (np, ns) = block_ptrs(packed, scales, len, 16)?;
         check_ptr(dst, len, "dst")?;
         unsafe {
-            Ok(crate::quant::dequantize_nvfp4(
+            Ok(engine()?.dequantize_nvfp4(
                 slice(packed, np),
                 slice(scales, ns),
                 tensor_scale,
@@ -1039,7 +1039,7 @@ pub unsafe extern "C" fn hs_quantize_mxfp4(
         let (r, ctx) = (rounding(rounding_mode)?, context(ctx)?);
         let stream = stream_of(stream_id, index_base);
         unsafe {
-            Ok(crate::quant::quantize_mxfp4(
+            Ok(engine()?.quantize_mxfp4(
                 slice(src, len),
                 slice_mut(packed, np),
                 slice_mut(scales, ns),
@@ -1063,7 +1063,7 @@ pub unsafe extern "C" fn hs_dequantize_mxfp4(
         let (np, ns) = block_ptrs(packed, scales, len, 32)?;
         check_ptr(dst, len, "dst")?;
         unsafe {
-            Ok(crate::quant::dequantize_mxfp4(
+            Ok(engine()?.dequantize_mxfp4(
                 slice(packed, np),
                 slice(scales, ns),
                 slice_mut(dst, len),

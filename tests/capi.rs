@@ -76,6 +76,10 @@ fn desc(b: &mut Bufs, states: usize, id: u32) -> hs_tensor {
     }
 }
 
+fn bits32(xs: &[f32]) -> Vec<u32> {
+    xs.iter().map(|x| x.to_bits()).collect()
+}
+
 fn ctx() -> hs_step_context {
     hs_step_context {
         seed: 42,
@@ -229,6 +233,51 @@ fn group_steps_match_the_rust_api_across_batches() {
     for (a, b) in c_side.iter().zip(&r_side) {
         assert_eq!(bits(a), bits(b));
     }
+}
+
+#[test]
+fn quantizers_on_every_forced_backend_give_the_same_bits() {
+    // Each forced backend's own kernels (the entry points must route through the forced engine,
+    // not the process-wide one) must give the reference's bytes.
+    let src: Vec<f32> = (0..333).map(|i| ((i as f32) * 0.37).sin() * 40.0).collect();
+    let mut results = Vec::new();
+    for b in Backend::available() {
+        let name = std::ffi::CString::new(b.name()).unwrap();
+        assert_eq!(unsafe { hs_force_backend(name.as_ptr()) }, HS_OK);
+        let (mut fp8, mut packed, mut scales, mut mx) =
+            (vec![0u8; 333], vec![0u8; 167], vec![0u8; 21], vec![0u8; 11]);
+        let (mut pts, mut back) = (0f32, vec![0f32; 333]);
+        let c = ctx();
+        unsafe {
+            let p = src.as_ptr();
+            assert_eq!(
+                hs_f32_to_fp8(p, fp8.as_mut_ptr(), 333, HS_E5M2, HS_STOCHASTIC, &c, 4, 9),
+                HS_OK
+            );
+            assert_eq!(hs_nvfp4_tensor_scale(p, 333, &mut pts), HS_OK);
+            let (pp, sp) = (packed.as_mut_ptr(), scales.as_mut_ptr());
+            assert_eq!(
+                hs_quantize_nvfp4(p, 333, pts, pp, sp, HS_STOCHASTIC, &c, 4, 5),
+                HS_OK
+            );
+            assert_eq!(
+                hs_dequantize_nvfp4(pp, sp, pts, back.as_mut_ptr(), 333),
+                HS_OK
+            );
+            let mp = mx.as_mut_ptr();
+            assert_eq!(
+                hs_quantize_mxfp4(p, 333, pp, mp, HS_NEAREST_EVEN, &c, 4, 0),
+                HS_OK
+            );
+        }
+        results.push((fp8, packed, scales, mx, pts.to_bits(), bits32(&back)));
+    }
+    assert_eq!(unsafe { hs_force_backend(c"auto".as_ptr()) }, HS_OK);
+    assert!(
+        results.len() >= 2,
+        "the reference and at least one other backend"
+    );
+    assert!(results.windows(2).all(|w| w[0] == w[1]));
 }
 
 #[test]
