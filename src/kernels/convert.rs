@@ -60,11 +60,7 @@ impl<V: Simd> NarrowK<V> {
     #[inline(always)]
     unsafe fn chunk(&mut self, s: *const f32, d: *mut u16, e: u64) {
         unsafe {
-            let r = if self.rounding == Rounding::Stochastic {
-                self.rng.r16(e)
-            } else {
-                V::splat_u(0)
-            };
+            let r = self.rng.for_rounding(self.rounding, e);
             let b = V::to_bits(V::load(s));
             let out = match self.fmt {
                 Narrow::Bf16 => to_bf16::<V>(b, self.rounding, r),

@@ -19,6 +19,7 @@ pub(crate) mod round;
 
 use crate::arch::{MAX_LANES, Simd};
 use crate::reference::philox::{BitsCoord, M0, M1, W0, W1, seed_key};
+use crate::reference::round::Rounding;
 
 /// One chunk of `V::LANES` lanes: lane `l` is global element `e + l`, local element `off + l`;
 /// lanes `lo..hi` are inside the slice.
@@ -136,6 +137,19 @@ impl<V: Simd> GroupBits<V> {
                 self.words[4 * b..4 * b + 4].copy_from_slice(&c);
             }
             self.group = group;
+        }
+    }
+
+    /// The bits a rounding with `rounding` consumes for the chunk at global `e`: [`Self::r16`] when
+    /// stochastic, zeros otherwise (the RNG runs only when its bits are used).
+    #[inline(always)]
+    pub unsafe fn for_rounding(&mut self, rounding: Rounding, e: u64) -> V::U {
+        unsafe {
+            if rounding == Rounding::Stochastic {
+                self.r16(e)
+            } else {
+                V::splat_u(0)
+            }
         }
     }
 

@@ -71,11 +71,7 @@ impl Buf {
             match *self {
                 Buf::F32(_) | Buf::Split(..) => b,
                 Buf::Bf16(_, rounding) => {
-                    let r = if rounding == Rounding::Stochastic {
-                        rng.r16(e)
-                    } else {
-                        V::splat_u(0)
-                    };
+                    let r = rng.for_rounding(rounding, e);
                     to_bf16::<V>(b, rounding, r)
                 }
             }
