@@ -415,8 +415,13 @@ unsafe fn state<'a>(b: &hs_buffer, len: usize, name: &str) -> Result<Option<Stat
     }
 }
 
-fn required<'a>(s: Option<State<'a>>, name: &'static str) -> Result<State<'a>, Fail> {
-    match s {
+/// A state buffer the optimizer cannot do without: present, or `StateMismatch`.
+unsafe fn required_state<'a>(
+    b: &hs_buffer,
+    len: usize,
+    name: &'static str,
+) -> Result<State<'a>, Fail> {
+    match unsafe { state(b, len, name)? } {
         Some(s) => Ok(s),
         None => Err(Fail::from(Error::StateMismatch {
             buffer: name,
@@ -457,7 +462,7 @@ impl FromC for AdagradConfig {
             Ok(AdagradTensor {
                 weights: weights(&t.weights, t.len)?,
                 grads: grads(&t.grads, t.len)?,
-                sum: required(state(&t.state[0], t.len, "sum")?, "sum")?,
+                sum: required_state(&t.state[0], t.len, "sum")?,
                 stream: stream(t),
             })
         }
@@ -470,8 +475,8 @@ impl FromC for AdamConfig {
             Ok(AdamTensor {
                 weights: weights(&t.weights, t.len)?,
                 grads: grads(&t.grads, t.len)?,
-                exp_avg: required(state(&t.state[0], t.len, "exp_avg")?, "exp_avg")?,
-                exp_avg_sq: required(state(&t.state[1], t.len, "exp_avg_sq")?, "exp_avg_sq")?,
+                exp_avg: required_state(&t.state[0], t.len, "exp_avg")?,
+                exp_avg_sq: required_state(&t.state[1], t.len, "exp_avg_sq")?,
                 max_exp_avg_sq: state(&t.state[2], t.len, "max_exp_avg_sq")?,
                 stream: stream(t),
             })
@@ -485,8 +490,8 @@ impl FromC for LambConfig {
             Ok(LambTensor {
                 weights: weights(&t.weights, t.len)?,
                 grads: grads(&t.grads, t.len)?,
-                exp_avg: required(state(&t.state[0], t.len, "exp_avg")?, "exp_avg")?,
-                exp_avg_sq: required(state(&t.state[1], t.len, "exp_avg_sq")?, "exp_avg_sq")?,
+                exp_avg: required_state(&t.state[0], t.len, "exp_avg")?,
+                exp_avg_sq: required_state(&t.state[1], t.len, "exp_avg_sq")?,
                 stream: stream(t),
             })
         }
