@@ -13,7 +13,8 @@ use crate::reference::round::Rounding;
 use crate::rng::{Purpose, StepContext, TensorStream, coord};
 use crate::storage::{Grads, State, Weights};
 
-/// One buffer as raw pointers to element 0 of the slice. Gradients are never written.
+/// One buffer as raw pointers to element 0 of the slice, its kind known only at run time (the
+/// storage kinds a caller passed). Gradients are never written.
 #[derive(Clone, Copy)]
 enum Buf {
     F32(*mut f32),
@@ -46,146 +47,422 @@ impl Buf {
             Grads::Bf16(s) => Buf::Bf16(s.as_ptr().cast_mut().cast(), Rounding::NearestEven),
         }
     }
+}
+
+/// How one buffer of a chunk is read and written. Implemented by one type per storage kind, so
+/// that the hot storage combinations compile to a loop with no per-chunk `match` (see
+/// [`drive_layouts!`]), by [`Absent`] for a buffer the call does not have, and by [`Buf`], which
+/// picks the kind at run time for every other combination.
+trait Access<V: Simd>: Copy {
+    /// Whether the call has this buffer (false only for [`Absent`]). The optimizers read it
+    /// instead of their `use_momentum` / `amsgrad` flags, which validation ties to the buffer's
+    /// presence, so the branch is decided at compile time.
+    const PRESENT: bool = true;
+
+    /// This kind's view of `b`, or `None` when `b` is of another kind (or absent / present
+    /// where this one is not).
+    fn from_buf(b: Option<Buf>) -> Option<Self>;
 
     /// `LANES` elements from local index `off`, widened to f32 (exact).
-    #[inline(always)]
-    unsafe fn load<V: Simd>(&self, off: isize) -> V::F {
-        unsafe {
-            match *self {
-                Buf::F32(p) => V::load(p.offset(off)),
-                Buf::Split(t, l) => V::from_bits(V::or_u(
-                    V::shl::<16>(V::load_u16(t.offset(off))),
-                    V::load_u16(l.offset(off)),
-                )),
-                Buf::Bf16(p, _) => from_bf16::<V>(V::load_u16(p.offset(off))),
-            }
-        }
-    }
+    unsafe fn load(&self, off: isize) -> V::F;
 
     /// The bits `v` is stored as (NaN canonicalised, then narrowed for bf16); `rng` supplies the
     /// random bits of the chunk at global index `e`, drawn only for stochastic rounding.
-    #[inline(always)]
-    unsafe fn encode<V: Simd>(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
-        unsafe {
-            let b = V::to_bits(canonicalize::<V>(v));
-            match *self {
-                Buf::F32(_) | Buf::Split(..) => b,
-                Buf::Bf16(_, rounding) => {
-                    let r = rng.for_rounding(rounding, e);
-                    to_bf16::<V>(b, rounding, r)
-                }
-            }
-        }
-    }
+    unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U;
 
     /// What reading the buffer back would give after storing `v`.
+    unsafe fn as_stored(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::F;
+
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64);
+
+    /// Copies the chunk's valid lanes into `st` and returns a view of the stage (lane l at 0 + l).
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self;
+
+    /// Copies the valid lanes of a stage back.
+    unsafe fn unstage(&self, st: &Stage, c: &Chunk);
+}
+
+/// An f32 buffer.
+#[derive(Clone, Copy)]
+struct F32Buf(*mut f32);
+
+/// Split weights: the bf16 top half and the 16-bit trail (SPEC.md §4.4).
+#[derive(Clone, Copy)]
+struct SplitBuf(*mut u16, *mut u16);
+
+/// A bf16 buffer and the rounding its stores use.
+#[derive(Clone, Copy)]
+struct Bf16Buf(*mut u16, Rounding);
+
+/// A buffer the call does not have: reads as zeros, stores nothing.
+#[derive(Clone, Copy)]
+struct Absent;
+
+impl<V: Simd> Access<V> for F32Buf {
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        match b {
+            Some(Buf::F32(p)) => Some(F32Buf(p)),
+            _ => None,
+        }
+    }
+
     #[inline(always)]
-    unsafe fn as_stored<V: Simd>(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::F {
+    unsafe fn load(&self, off: isize) -> V::F {
+        unsafe { V::load(self.0.offset(off)) }
+    }
+
+    #[inline(always)]
+    unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
+        unsafe { V::to_bits(canonicalize::<V>(v)) }
+    }
+
+    #[inline(always)]
+    unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
+        unsafe { canonicalize::<V>(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, off: isize, v: V::F, _rng: &mut GroupBits<V>, _e: u64) {
+        unsafe { V::store(self.0.offset(off), canonicalize::<V>(v)) }
+    }
+
+    #[inline(always)]
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
         unsafe {
-            let b = self.encode::<V>(v, rng, e);
+            stage_in(self.0, st.f.as_mut_ptr(), c);
+            F32Buf(st.f.as_mut_ptr())
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
+        unsafe { stage_out(st.f.as_ptr(), self.0, c) }
+    }
+}
+
+impl<V: Simd> Access<V> for SplitBuf {
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        match b {
+            Some(Buf::Split(t, l)) => Some(SplitBuf(t, l)),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, off: isize) -> V::F {
+        unsafe {
+            V::from_bits(V::or_u(
+                V::shl::<16>(V::load_u16(self.0.offset(off))),
+                V::load_u16(self.1.offset(off)),
+            ))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
+        unsafe { V::to_bits(canonicalize::<V>(v)) }
+    }
+
+    #[inline(always)]
+    unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
+        unsafe { canonicalize::<V>(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
+        unsafe {
+            let b = <Self as Access<V>>::encode(self, v, rng, e);
+            V::store_u16(self.0.offset(off), V::shr::<16>(b));
+            V::store_u16(self.1.offset(off), b);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
+        unsafe {
+            stage_in(self.0, st.h.as_mut_ptr(), c);
+            stage_in(self.1, st.h2.as_mut_ptr(), c);
+            SplitBuf(st.h.as_mut_ptr(), st.h2.as_mut_ptr())
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
+        unsafe {
+            stage_out(st.h.as_ptr(), self.0, c);
+            stage_out(st.h2.as_ptr(), self.1, c);
+        }
+    }
+}
+
+impl<V: Simd> Access<V> for Bf16Buf {
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        match b {
+            Some(Buf::Bf16(p, r)) => Some(Bf16Buf(p, r)),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, off: isize) -> V::F {
+        unsafe { from_bf16::<V>(V::load_u16(self.0.offset(off))) }
+    }
+
+    #[inline(always)]
+    unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
+        unsafe {
+            let r = rng.for_rounding(self.1, e);
+            to_bf16::<V>(V::to_bits(canonicalize::<V>(v)), self.1, r)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn as_stored(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::F {
+        unsafe { from_bf16::<V>(<Self as Access<V>>::encode(self, v, rng, e)) }
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
+        unsafe {
+            let b = <Self as Access<V>>::encode(self, v, rng, e);
+            V::store_u16(self.0.offset(off), b);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
+        unsafe {
+            stage_in(self.0, st.h.as_mut_ptr(), c);
+            Bf16Buf(st.h.as_mut_ptr(), self.1)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
+        unsafe { stage_out(st.h.as_ptr(), self.0, c) }
+    }
+}
+
+impl<V: Simd> Access<V> for Absent {
+    const PRESENT: bool = false;
+
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        match b {
+            None => Some(Absent),
+            Some(_) => None,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, _off: isize) -> V::F {
+        unsafe { V::splat(0.0) }
+    }
+
+    #[inline(always)]
+    unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
+        unsafe { V::to_bits(canonicalize::<V>(v)) }
+    }
+
+    #[inline(always)]
+    unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
+        unsafe { canonicalize::<V>(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, _off: isize, _v: V::F, _rng: &mut GroupBits<V>, _e: u64) {}
+
+    #[inline(always)]
+    unsafe fn stage(&self, _st: &mut Stage, _c: &Chunk) -> Self {
+        Absent
+    }
+
+    #[inline(always)]
+    unsafe fn unstage(&self, _st: &Stage, _c: &Chunk) {}
+}
+
+/// The run-time kind: each method picks the typed one. Used for a buffer that must be present.
+impl<V: Simd> Access<V> for Buf {
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        b
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, off: isize) -> V::F {
+        unsafe {
             match *self {
-                Buf::Bf16(..) => from_bf16::<V>(b),
-                _ => V::from_bits(b),
+                Buf::F32(p) => Access::<V>::load(&F32Buf(p), off),
+                Buf::Split(t, l) => Access::<V>::load(&SplitBuf(t, l), off),
+                Buf::Bf16(p, r) => Access::<V>::load(&Bf16Buf(p, r), off),
             }
         }
     }
 
     #[inline(always)]
-    unsafe fn load_or<V: Simd>(b: Option<Buf>, off: isize, zero: V::F) -> V::F {
+    unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
         unsafe {
-            match b {
-                Some(b) => b.load::<V>(off),
-                None => zero,
-            }
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn store<V: Simd>(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
-        unsafe {
-            let b = self.encode::<V>(v, rng, e);
             match *self {
-                Buf::F32(p) => V::store(p.offset(off), V::from_bits(b)),
-                Buf::Split(t, l) => {
-                    V::store_u16(t.offset(off), V::shr::<16>(b));
-                    V::store_u16(l.offset(off), b);
-                }
-                Buf::Bf16(p, _) => V::store_u16(p.offset(off), b),
+                Buf::F32(p) => F32Buf(p).encode(v, rng, e),
+                Buf::Split(t, l) => SplitBuf(t, l).encode(v, rng, e),
+                Buf::Bf16(p, r) => Bf16Buf(p, r).encode(v, rng, e),
             }
         }
     }
 
-    /// Copies the chunk's valid lanes into `st` and returns a buffer over the stage (lane l at 0 + l).
     #[inline(always)]
-    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Buf {
+    unsafe fn as_stored(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::F {
+        unsafe {
+            match *self {
+                Buf::F32(p) => F32Buf(p).as_stored(v, rng, e),
+                Buf::Split(t, l) => SplitBuf(t, l).as_stored(v, rng, e),
+                Buf::Bf16(p, r) => Bf16Buf(p, r).as_stored(v, rng, e),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
+        unsafe {
+            match *self {
+                Buf::F32(p) => F32Buf(p).store(off, v, rng, e),
+                Buf::Split(t, l) => SplitBuf(t, l).store(off, v, rng, e),
+                Buf::Bf16(p, r) => Bf16Buf(p, r).store(off, v, rng, e),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
         unsafe {
             match *self {
                 Buf::F32(p) => {
-                    stage_in(p, st.f.as_mut_ptr(), c);
-                    Buf::F32(st.f.as_mut_ptr())
+                    let F32Buf(q) = Access::<V>::stage(&F32Buf(p), st, c);
+                    Buf::F32(q)
                 }
                 Buf::Split(t, l) => {
-                    stage_in(t, st.h.as_mut_ptr(), c);
-                    stage_in(l, st.h2.as_mut_ptr(), c);
-                    Buf::Split(st.h.as_mut_ptr(), st.h2.as_mut_ptr())
+                    let SplitBuf(a, b) = Access::<V>::stage(&SplitBuf(t, l), st, c);
+                    Buf::Split(a, b)
                 }
                 Buf::Bf16(p, r) => {
-                    stage_in(p, st.h.as_mut_ptr(), c);
-                    Buf::Bf16(st.h.as_mut_ptr(), r)
+                    let Bf16Buf(q, r) = Access::<V>::stage(&Bf16Buf(p, r), st, c);
+                    Buf::Bf16(q, r)
                 }
             }
         }
     }
 
-    /// Copies the valid lanes of a stage back.
     #[inline(always)]
     unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
         unsafe {
             match *self {
-                Buf::F32(p) => stage_out(st.f.as_ptr(), p, c),
-                Buf::Split(t, l) => {
-                    stage_out(st.h.as_ptr(), t, c);
-                    stage_out(st.h2.as_ptr(), l, c);
-                }
-                Buf::Bf16(p, _) => stage_out(st.h.as_ptr(), p, c),
+                Buf::F32(p) => Access::<V>::unstage(&F32Buf(p), st, c),
+                Buf::Split(t, l) => Access::<V>::unstage(&SplitBuf(t, l), st, c),
+                Buf::Bf16(p, r) => Access::<V>::unstage(&Bf16Buf(p, r), st, c),
             }
         }
     }
 }
 
-/// The buffers of one tensor: weights, gradients, and up to three states (slot 0 = first
-/// moment / momentum, 1 = second moment / Adagrad sum, 2 = AMSGrad max), with their RNG streams.
-struct Bufs<V: Simd> {
+/// The access type of each buffer of one call: weights, gradients, and the three state slots
+/// (0 = first moment / momentum, 1 = second moment / Adagrad sum, 2 = AMSGrad max).
+trait Layout<V: Simd> {
+    type W: Access<V>;
+    type G: Access<V>;
+    type S0: Access<V>;
+    type S1: Access<V>;
+    type S2: Access<V>;
+}
+
+struct Lay<W, G, S0, S1, S2>(core::marker::PhantomData<(W, G, S0, S1, S2)>);
+
+impl<V: Simd, W: Access<V>, G: Access<V>, S0: Access<V>, S1: Access<V>, S2: Access<V>> Layout<V>
+    for Lay<W, G, S0, S1, S2>
+{
+    type W = W;
+    type G = G;
+    type S0 = S0;
+    type S1 = S1;
+    type S2 = S2;
+}
+
+/// A buffer the call has, of kind `T` (used in [`drive_layouts!`] slot patterns).
+type Has<T> = T;
+/// A buffer the call does not have, whatever the layout's kind `T` for it.
+type Lacks<T> = <T as AbsentFor>::Absent;
+
+trait AbsentFor {
+    type Absent;
+}
+
+impl<T> AbsentFor for T {
+    type Absent = Absent;
+}
+
+/// The buffers of one call as passed (kinds known at run time).
+#[derive(Clone, Copy)]
+struct DynBufs {
     w: Buf,
     g: Option<Buf>,
     s: [Option<Buf>; 3],
+}
+
+/// The buffers of one tensor with their access types, and their RNG streams.
+struct Bufs<V: Simd, L: Layout<V>> {
+    w: L::W,
+    g: L::G,
+    s0: L::S0,
+    s1: L::S1,
+    s2: L::S2,
     rng_w: GroupBits<V>,
     rng_s: [GroupBits<V>; 3],
 }
 
-impl<V: Simd> Bufs<V> {
+impl<V: Simd, L: Layout<V>> Bufs<V, L> {
+    /// The typed view of `d`, or `None` when some buffer is not of `L`'s kind.
     #[inline(always)]
-    unsafe fn new(
-        ctx: &StepContext,
-        stream: &TensorStream,
-        w: Buf,
-        g: Option<Buf>,
-        s: [Option<Buf>; 3],
-    ) -> Self {
+    unsafe fn of(ctx: &StepContext, stream: &TensorStream, d: DynBufs) -> Option<Self> {
         unsafe {
-            Bufs {
-                w,
-                g,
-                s,
+            Some(Bufs {
+                w: L::W::from_buf(Some(d.w))?,
+                g: L::G::from_buf(d.g)?,
+                s0: L::S0::from_buf(d.s[0])?,
+                s1: L::S1::from_buf(d.s[1])?,
+                s2: L::S2::from_buf(d.s[2])?,
                 rng_w: GroupBits::new(coord(ctx, stream, Purpose::Weights)),
                 rng_s: [
                     GroupBits::new(coord(ctx, stream, Purpose::FirstMoment)),
                     GroupBits::new(coord(ctx, stream, Purpose::SecondMoment)),
                     GroupBits::new(coord(ctx, stream, Purpose::MaxSecondMoment)),
                 ],
-            }
+            })
         }
     }
+}
+
+/// Runs `$op` over the tensor with the buffers `$d` ([`DynBufs`]) through [`drive`], with
+/// compile-time access for the hot storage layouts — IPEX's (split weights, bf16 gradients, f32
+/// states), all f32 (PyTorch's fused AdamW), all bf16 — and run-time access otherwise. `$G`,
+/// `$S0`, `$S1`, `$S2` are [`Has`] or [`Lacks`]: which buffers this call has. Same arithmetic in
+/// every case, so the same bits; only the `match` per chunk is gone.
+macro_rules! drive_layouts {
+    ($V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {{
+        let (n, base, ctx, stream, d, op) = ($n, $base, $ctx, $stream, $d, $op);
+        type Ipex = Lay<SplitBuf, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
+        type AllF32 = Lay<F32Buf, $G<F32Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
+        type AllBf16 = Lay<Bf16Buf, $G<Bf16Buf>, $S0<Bf16Buf>, $S1<Bf16Buf>, $S2<Bf16Buf>>;
+        type Any = Lay<Buf, $G<Buf>, $S0<Buf>, $S1<Buf>, $S2<Buf>>;
+        if let Some(mut b) = Bufs::<$V, Ipex>::of(ctx, stream, d) {
+            drive::<$V, Ipex, _>(n, base, &mut b, op)
+        } else if let Some(mut b) = Bufs::<$V, AllF32>::of(ctx, stream, d) {
+            drive::<$V, AllF32, _>(n, base, &mut b, op)
+        } else if let Some(mut b) = Bufs::<$V, AllBf16>::of(ctx, stream, d) {
+            drive::<$V, AllBf16, _>(n, base, &mut b, op)
+        } else if let Some(mut b) = Bufs::<$V, Any>::of(ctx, stream, d) {
+            drive::<$V, Any, _>(n, base, &mut b, op)
+        } else {
+            unreachable!("the slot pattern does not match the buffers passed")
+        }
+    }};
 }
 
 /// One chunk's values: weights, gradients, states.
@@ -202,78 +479,68 @@ trait ElementOp<V: Simd> {
     const WRITE_W: bool;
     const WRITE_S: [bool; 3];
     /// Transforms the loaded values of the chunk at global index `e`.
-    unsafe fn apply(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V>);
+    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>);
 }
 
-#[inline(always)]
-unsafe fn store_slot<V: Simd>(
-    write: bool,
-    slot: Option<Buf>,
-    off: isize,
-    v: V::F,
-    rng: &mut GroupBits<V>,
-    e: u64,
-) {
-    if write && let Some(b) = slot {
-        unsafe { b.store::<V>(off, v, rng, e) }
-    }
+/// The buffers one chunk reads and writes (the tensor's, or a stage's).
+struct ChunkBufs<V: Simd, L: Layout<V>> {
+    w: L::W,
+    g: L::G,
+    s0: L::S0,
+    s1: L::S1,
+    s2: L::S2,
 }
 
-/// Loads one chunk from `(w, g, s)` at `off`, applies `op`, stores what the op writes.
+/// Loads one chunk from `c` at `off`, applies `op`, stores what the op writes.
 #[inline(always)]
-unsafe fn process<V: Simd, O: ElementOp<V>>(
+unsafe fn process<V: Simd, L: Layout<V>, O: ElementOp<V>>(
     op: &mut O,
-    b: &mut Bufs<V>,
-    w: Buf,
-    g: Option<Buf>,
-    s: [Option<Buf>; 3],
+    b: &mut Bufs<V, L>,
+    c: &ChunkBufs<V, L>,
     off: isize,
     e: u64,
 ) {
     unsafe {
-        let zero = V::splat(0.0);
         let mut v = Vals {
-            p: w.load::<V>(off),
-            g: Buf::load_or::<V>(g, off, zero),
-            s: [
-                Buf::load_or::<V>(s[0], off, zero),
-                Buf::load_or::<V>(s[1], off, zero),
-                Buf::load_or::<V>(s[2], off, zero),
-            ],
+            p: c.w.load(off),
+            g: c.g.load(off),
+            s: [c.s0.load(off), c.s1.load(off), c.s2.load(off)],
         };
         op.apply(&mut v, e, b);
-        // Spelled out per slot: a loop over the slots was not unrolled and cost a quarter of all
-        // instructions (callgrind).
         let [r0, r1, r2] = &mut b.rng_s;
-        store_slot::<V>(O::WRITE_S[0], s[0], off, v.s[0], r0, e);
-        store_slot::<V>(O::WRITE_S[1], s[1], off, v.s[1], r1, e);
-        store_slot::<V>(O::WRITE_S[2], s[2], off, v.s[2], r2, e);
+        if O::WRITE_S[0] {
+            c.s0.store(off, v.s[0], r0, e);
+        }
+        if O::WRITE_S[1] {
+            c.s1.store(off, v.s[1], r1, e);
+        }
+        if O::WRITE_S[2] {
+            c.s2.store(off, v.s[2], r2, e);
+        }
         if O::WRITE_W {
-            w.store::<V>(off, v.p, &mut b.rng_w, e);
+            c.w.store(off, v.p, &mut b.rng_w, e);
         }
     }
 }
 
 /// The element-wise driver: a [`ChunkBody`] that runs full chunks through [`process`] in place
 /// and stages partial ones.
-struct Driver<'a, V: Simd, O: ElementOp<V>> {
-    b: &'a mut Bufs<V>,
+struct Driver<'a, V: Simd, L: Layout<V>, O: ElementOp<V>> {
+    b: &'a mut Bufs<V, L>,
     op: &'a mut O,
-    w: Buf,
-    g: Option<Buf>,
-    s: [Option<Buf>; 3],
+    c: ChunkBufs<V, L>,
 }
 
-impl<V: Simd, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, O> {
+impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O> {
     #[inline(always)]
     unsafe fn full(&mut self, off: isize, e: u64) {
-        unsafe { process::<V, O>(self.op, self.b, self.w, self.g, self.s, off, e) }
+        unsafe { process::<V, L, O>(self.op, self.b, &self.c, off, e) }
     }
 
     #[inline(always)]
-    unsafe fn partial(&mut self, c: &Chunk) {
+    unsafe fn partial(&mut self, ch: &Chunk) {
         unsafe {
-            let (w, g, s) = (self.w, self.g, self.s);
+            let c = &self.c;
             let mut st = [
                 Stage::new(),
                 Stage::new(),
@@ -282,26 +549,25 @@ impl<V: Simd, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, O> {
                 Stage::new(),
             ];
             let [sw, sg, s0, s1, s2] = &mut st;
-            let w2 = w.stage(sw, c);
-            let g2 = match g {
-                Some(g) => Some(g.stage(sg, c)),
-                None => None,
+            let staged = ChunkBufs::<V, L> {
+                w: c.w.stage(sw, ch),
+                g: c.g.stage(sg, ch),
+                s0: c.s0.stage(s0, ch),
+                s1: c.s1.stage(s1, ch),
+                s2: c.s2.stage(s2, ch),
             };
-            let stage = |slot: Option<Buf>, st: &mut Stage| match slot {
-                Some(b) => Some(b.stage(st, c)),
-                None => None,
-            };
-            let s_st = [stage(s[0], s0), stage(s[1], s1), stage(s[2], s2)];
-            process::<V, O>(self.op, self.b, w2, g2, s_st, 0, c.e);
+            process::<V, L, O>(self.op, self.b, &staged, 0, ch.e);
             if O::WRITE_W {
-                w.unstage(&st[0], c);
+                c.w.unstage(&st[0], ch);
             }
-            for (i, slot) in s.into_iter().enumerate() {
-                if O::WRITE_S[i]
-                    && let Some(b) = slot
-                {
-                    b.unstage(&st[2 + i], c);
-                }
+            if O::WRITE_S[0] {
+                c.s0.unstage(&st[2], ch);
+            }
+            if O::WRITE_S[1] {
+                c.s1.unstage(&st[3], ch);
+            }
+            if O::WRITE_S[2] {
+                c.s2.unstage(&st[4], ch);
             }
         }
     }
@@ -309,10 +575,21 @@ impl<V: Simd, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, O> {
 
 /// Runs `op` over the tensor of `n` elements starting at global index `base`.
 #[inline(always)]
-unsafe fn drive<V: Simd, O: ElementOp<V>>(n: usize, base: u64, b: &mut Bufs<V>, op: &mut O) {
+unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
+    n: usize,
+    base: u64,
+    b: &mut Bufs<V, L>,
+    op: &mut O,
+) {
     unsafe {
-        let (w, g, s) = (b.w, b.g, b.s);
-        let mut d = Driver { b, op, w, g, s };
+        let c = ChunkBufs::<V, L> {
+            w: b.w,
+            g: b.g,
+            s0: b.s0,
+            s1: b.s1,
+            s2: b.s2,
+        };
+        let mut d = Driver { b, op, c };
         run_chunks::<V, _>(base, n, &mut d);
     }
 }
@@ -337,14 +614,15 @@ impl<V: Simd> ElementOp<V> for SgdOp<V> {
     const WRITE_S: [bool; 3] = [true, false, false];
 
     #[inline(always)]
-    unsafe fn apply(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V>) {
+    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
         unsafe {
             let c = &self.c;
             let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };
             if c.weight_decay != 0.0 {
                 g = V::fma(self.wd, v.p, g);
             }
-            if c.use_momentum {
+            if L::S0::PRESENT {
+                debug_assert!(c.use_momentum);
                 let buf = if c.first_step {
                     g
                 } else {
@@ -366,18 +644,16 @@ impl<V: Simd> ElementOp<V> for SgdOp<V> {
 pub(crate) unsafe fn sgd<V: Simd>(c: &SgdConsts, ctx: &StepContext, t: &mut SgdTensor<'_>) {
     unsafe {
         let n = t.weights.len();
-        // Without momentum there is no buffer (slot 0 is None), so nothing is written there.
+        // Without momentum there is no buffer (slot 0 is absent), so nothing is written there.
         let s0 = match t.momentum.as_mut() {
             Some(m) => Some(Buf::state(m)),
             None => None,
         };
-        let mut b = Bufs::<V>::new(
-            ctx,
-            &t.stream,
-            Buf::weights(&mut t.weights),
-            Some(Buf::grads(&t.grads)),
-            [s0, None, None],
-        );
+        let d = DynBufs {
+            w: Buf::weights(&mut t.weights),
+            g: Some(Buf::grads(&t.grads)),
+            s: [s0, None, None],
+        };
         let mut op = SgdOp::<V> {
             c: *c,
             neg_lr: V::splat(-c.lr),
@@ -385,7 +661,12 @@ pub(crate) unsafe fn sgd<V: Simd>(c: &SgdConsts, ctx: &StepContext, t: &mut SgdT
             omd: V::splat(c.one_minus_dampening),
             wd: V::splat(c.weight_decay),
         };
-        drive::<V, _>(n, t.stream.index_base, &mut b, &mut op);
+        let (base, st) = (t.stream.index_base, &t.stream);
+        if s0.is_some() {
+            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Has, Lacks, Lacks]);
+        } else {
+            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Lacks, Lacks, Lacks]);
+        }
     }
 }
 
@@ -401,7 +682,7 @@ impl<V: Simd> ElementOp<V> for AdagradOp<V> {
     const WRITE_S: [bool; 3] = [false, true, false];
 
     #[inline(always)]
-    unsafe fn apply(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V>) {
+    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
         unsafe {
             let mut g = if self.c.maximize { neg::<V>(v.g) } else { v.g };
             if self.c.weight_decay != 0.0 {
@@ -423,21 +704,19 @@ pub(crate) unsafe fn adagrad<V: Simd>(
 ) {
     unsafe {
         let n = t.weights.len();
-        let s1 = Some(Buf::state(&mut t.sum));
-        let mut b = Bufs::<V>::new(
-            ctx,
-            &t.stream,
-            Buf::weights(&mut t.weights),
-            Some(Buf::grads(&t.grads)),
-            [None, s1, None],
-        );
+        let d = DynBufs {
+            w: Buf::weights(&mut t.weights),
+            g: Some(Buf::grads(&t.grads)),
+            s: [None, Some(Buf::state(&mut t.sum)), None],
+        };
         let mut op = AdagradOp::<V> {
             c: *c,
             neg_clr: V::splat(-c.clr),
             wd: V::splat(c.weight_decay),
             eps: V::splat(c.eps),
         };
-        drive::<V, _>(n, t.stream.index_base, &mut b, &mut op);
+        let (base, st) = (t.stream.index_base, &t.stream);
+        drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Lacks, Has, Lacks]);
     }
 }
 
@@ -477,7 +756,7 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
     const WRITE_S: [bool; 3] = [true, true, true];
 
     #[inline(always)]
-    unsafe fn apply(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V>) {
+    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
         unsafe {
             let c = &self.c;
             let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };
@@ -490,7 +769,8 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
                 }
             }
             let (m, vv) = moments::<V>(self.omb1, self.beta2, self.omb2, g, v.s[0], v.s[1]);
-            let v_used = if c.amsgrad {
+            debug_assert_eq!(L::S2::PRESENT, c.amsgrad);
+            let v_used = if L::S2::PRESENT {
                 let bigger = V::mask_or(V::gt(vv, v.s[2]), V::is_nan(vv));
                 v.s[2] = V::select(bigger, vv, v.s[2]);
                 v.s[2]
@@ -513,18 +793,15 @@ pub(crate) unsafe fn adam<V: Simd>(c: &AdamConsts, ctx: &StepContext, t: &mut Ad
             Some(x) => Some(Buf::state(x)),
             None => None,
         };
-        let s = [
-            Some(Buf::state(&mut t.exp_avg)),
-            Some(Buf::state(&mut t.exp_avg_sq)),
-            s2,
-        ];
-        let mut b = Bufs::<V>::new(
-            ctx,
-            &t.stream,
-            Buf::weights(&mut t.weights),
-            Some(Buf::grads(&t.grads)),
-            s,
-        );
+        let d = DynBufs {
+            w: Buf::weights(&mut t.weights),
+            g: Some(Buf::grads(&t.grads)),
+            s: [
+                Some(Buf::state(&mut t.exp_avg)),
+                Some(Buf::state(&mut t.exp_avg_sq)),
+                s2,
+            ],
+        };
         let mut op = AdamOp::<V> {
             c: *c,
             omb1: V::splat(c.one_minus_beta1),
@@ -536,7 +813,12 @@ pub(crate) unsafe fn adam<V: Simd>(c: &AdamConsts, ctx: &StepContext, t: &mut Ad
             wd: V::splat(c.weight_decay),
             decay: V::splat(c.decay_factor),
         };
-        drive::<V, _>(n, t.stream.index_base, &mut b, &mut op);
+        let (base, st) = (t.stream.index_base, &t.stream);
+        if s2.is_some() {
+            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Has, Has, Has]);
+        } else {
+            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Has, Has, Lacks]);
+        }
     }
 }
 
@@ -627,8 +909,6 @@ struct LambPass1<V: Simd> {
     omb1: V::F,
     beta2: V::F,
     omb2: V::F,
-    sm: Buf,
-    sv: Buf,
     norms: BlockNorms<V>,
 }
 
@@ -637,12 +917,12 @@ impl<V: Simd> ElementOp<V> for LambPass1<V> {
     const WRITE_S: [bool; 3] = [true, true, false];
 
     #[inline(always)]
-    unsafe fn apply(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V>) {
+    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>) {
         unsafe {
             let (m, vv) = moments::<V>(self.omb1, self.beta2, self.omb2, v.g, v.s[0], v.s[1]);
             let [r0, r1, _] = &mut b.rng_s;
-            let m_stored = self.sm.as_stored::<V>(m, r0, e);
-            let v_stored = self.sv.as_stored::<V>(vv, r1, e);
+            let m_stored = b.s0.as_stored(m, r0, e);
+            let v_stored = b.s1.as_stored(vv, r1, e);
             // Staged lanes outside the slice hold zeros, so they add +0 to both sums.
             let u = self.k.direction(v.p, m_stored, v_stored);
             self.norms.add(v.p, u, e);
@@ -663,7 +943,7 @@ impl<V: Simd> ElementOp<V> for LambPass2<V> {
     const WRITE_S: [bool; 3] = [false; 3];
 
     #[inline(always)]
-    unsafe fn apply(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V>) {
+    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
         unsafe {
             v.p = V::fma(
                 self.neg_lr_ratio,
@@ -703,24 +983,24 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
         let n = t.weights.len();
         let base = t.stream.index_base;
         debug_assert_eq!(out.len(), crate::parallel::blocks(base, n));
-        let (sm, sv) = (Buf::state(&mut t.exp_avg), Buf::state(&mut t.exp_avg_sq));
-        let mut b = Bufs::<V>::new(
-            ctx,
-            &t.stream,
-            Buf::weights(&mut t.weights),
-            Some(Buf::grads(&t.grads)),
-            [Some(sm), Some(sv), None],
-        );
+        let d = DynBufs {
+            w: Buf::weights(&mut t.weights),
+            g: Some(Buf::grads(&t.grads)),
+            s: [
+                Some(Buf::state(&mut t.exp_avg)),
+                Some(Buf::state(&mut t.exp_avg_sq)),
+                None,
+            ],
+        };
         let mut p1 = LambPass1::<V> {
             k: LambV::new(c),
             omb1: V::splat(c.one_minus_beta1),
             beta2: V::splat(c.beta2),
             omb2: V::splat(c.one_minus_beta2),
-            sm,
-            sv,
             norms: BlockNorms::new(base, out.as_mut_ptr()),
         };
-        drive::<V, _>(n, base, &mut b, &mut p1);
+        let st = &t.stream;
+        drive_layouts!(V, n, base, ctx, st, d, &mut p1, [Has, Has, Has, Lacks]);
         p1.norms.close();
     }
 }
@@ -735,21 +1015,20 @@ pub(crate) unsafe fn lamb_pass2<V: Simd>(
 ) {
     unsafe {
         let n = t.weights.len();
-        let mut b = Bufs::<V>::new(
-            ctx,
-            &t.stream,
-            Buf::weights(&mut t.weights),
-            None,
-            [
+        let d = DynBufs {
+            w: Buf::weights(&mut t.weights),
+            g: None,
+            s: [
                 Some(Buf::state(&mut t.exp_avg)),
                 Some(Buf::state(&mut t.exp_avg_sq)),
                 None,
             ],
-        );
+        };
         let mut p2 = LambPass2::<V> {
             k: LambV::new(c),
             neg_lr_ratio: V::splat(-lr_ratio),
         };
-        drive::<V, _>(n, t.stream.index_base, &mut b, &mut p2);
+        let (base, st) = (t.stream.index_base, &t.stream);
+        drive_layouts!(V, n, base, ctx, st, d, &mut p2, [Lacks, Has, Has, Lacks]);
     }
 }
