@@ -67,11 +67,18 @@ trait Access<V: Simd>: Copy {
     unsafe fn load(&self, off: isize) -> V::F;
 
     /// The bits `v` is stored as (NaN canonicalised, then narrowed for bf16); `rng` supplies the
-    /// random bits of the chunk at global index `e`, drawn only for stochastic rounding.
-    unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U;
+    /// random bits of the chunk at global index `e`, drawn only for stochastic rounding. By
+    /// default the full f32 bits (f32 and split buffers).
+    #[inline(always)]
+    unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
+        unsafe { V::to_bits(canonicalize::<V>(v)) }
+    }
 
     /// What reading the buffer back would give after storing `v`.
-    unsafe fn as_stored(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::F;
+    #[inline(always)]
+    unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
+        unsafe { canonicalize::<V>(v) }
+    }
 
     unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64);
 
@@ -112,16 +119,6 @@ impl<V: Simd> Access<V> for F32Buf {
     }
 
     #[inline(always)]
-    unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
-        unsafe { V::to_bits(canonicalize::<V>(v)) }
-    }
-
-    #[inline(always)]
-    unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
-        unsafe { canonicalize::<V>(v) }
-    }
-
-    #[inline(always)]
     unsafe fn store(&self, off: isize, v: V::F, _rng: &mut GroupBits<V>, _e: u64) {
         unsafe { V::store(self.0.offset(off), canonicalize::<V>(v)) }
     }
@@ -156,16 +153,6 @@ impl<V: Simd> Access<V> for SplitBuf {
                 V::load_u16(self.1.offset(off)),
             ))
         }
-    }
-
-    #[inline(always)]
-    unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
-        unsafe { V::to_bits(canonicalize::<V>(v)) }
-    }
-
-    #[inline(always)]
-    unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
-        unsafe { canonicalize::<V>(v) }
     }
 
     #[inline(always)]
@@ -256,16 +243,6 @@ impl<V: Simd> Access<V> for Absent {
     #[inline(always)]
     unsafe fn load(&self, _off: isize) -> V::F {
         unsafe { V::splat(0.0) }
-    }
-
-    #[inline(always)]
-    unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
-        unsafe { V::to_bits(canonicalize::<V>(v)) }
-    }
-
-    #[inline(always)]
-    unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
-        unsafe { canonicalize::<V>(v) }
     }
 
     #[inline(always)]
