@@ -9,8 +9,8 @@ use gungraun::prelude::*;
 use halfstep::rng::Purpose;
 use halfstep::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Backend, Engine, Grads, LambConfig,
-    LambTensor, Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Weights, bf16,
-    f16,
+    LambTensor, LambWorkspace, Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream,
+    Threads, Weights, bf16, f16,
 };
 use std::hint::black_box;
 
@@ -161,23 +161,49 @@ fn adamw_bf16_sr(b: Backend) -> Kernel {
     })
 }
 
+/// The LAMB tensor both LAMB rows step: split weights, bf16 gradients, f32 moments.
+fn lamb_tensor<'a>(
+    top: &'a mut [bf16],
+    trail: &'a mut [u16],
+    g: &'a [bf16],
+    m: &'a mut [f32],
+    v: &'a mut [f32],
+) -> LambTensor<'a> {
+    LambTensor {
+        weights: Weights::Split { top, trail },
+        grads: Grads::Bf16(g),
+        exp_avg: State::F32(m),
+        exp_avg_sq: State::F32(v),
+        stream: TensorStream::new(1),
+    }
+}
+
+/// The single-tensor call: no workspace, so pass 2 recomputes each direction.
 fn lamb(b: Backend) -> Kernel {
     let e = engine(b);
     let (mut top, mut trail, g) = split_weights();
     let (mut m, mut v) = (vec![0f32; N], vec![0f32; N]);
     let cfg = LambConfig::default();
     Box::new(move || {
-        let mut t = LambTensor {
-            weights: Weights::Split {
-                top: &mut top,
-                trail: &mut trail,
-            },
-            grads: Grads::Bf16(&g),
-            exp_avg: State::F32(&mut m),
-            exp_avg_sq: State::F32(&mut v),
-            stream: TensorStream::new(1),
-        };
+        let mut t = lamb_tensor(&mut top, &mut trail, &g, &mut m, &mut v);
         e.lamb_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
+/// LAMB as `Optimizer` and the C ABI run it: a group step with a workspace, which keeps each
+/// direction from pass 1 for pass 2 (groups up to 2^20 elements).
+fn lamb_group(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (mut top, mut trail, g) = split_weights();
+    let (mut m, mut v) = (vec![0f32; N], vec![0f32; N]);
+    let cfg = LambConfig::default();
+    // Sized here, in the setup, so the measured call does not allocate it.
+    let mut ws =
+        LambWorkspace::for_tensors(&[lamb_tensor(&mut top, &mut trail, &g, &mut m, &mut v)]);
+    Box::new(move || {
+        let mut t = [lamb_tensor(&mut top, &mut trail, &g, &mut m, &mut v)];
+        e.step_group(&cfg, &ctx(), &mut t, &mut ws, &Threads::current())
+            .unwrap();
     })
 }
 
@@ -267,6 +293,9 @@ fn conversions(mut kernel: Kernel) {
 #[bench::lamb_reference(args = (Backend::Reference), setup = lamb)]
 #[bench::lamb_portable(args = (Backend::Portable), setup = lamb)]
 #[bench::lamb_avx2(args = (Backend::Avx2), setup = lamb)]
+#[bench::lamb_group_reference(args = (Backend::Reference), setup = lamb_group)]
+#[bench::lamb_group_portable(args = (Backend::Portable), setup = lamb_group)]
+#[bench::lamb_group_avx2(args = (Backend::Avx2), setup = lamb_group)]
 fn optimizers(mut kernel: Kernel) {
     kernel();
 }

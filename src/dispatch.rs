@@ -129,6 +129,15 @@ impl core::fmt::Display for Backend {
 /// (scaling, src, packed, scales, rounding, RNG coordinates, index base).
 type QuantizeFp4 = fn(Fp4Scaling, &[f32], &mut [u8], &mut [u8], Rounding, &BitsCoord, u64);
 
+/// LAMB pass 1: (constants, context, tensor piece, block sums out, where to keep each element's
+/// direction u for pass 2, if anywhere).
+type LambPass1 =
+    fn(&LambConsts, &StepContext, &mut LambTensor<'_>, &mut [[f64; 2]], Option<&mut [f32]>);
+
+/// LAMB pass 2: (constants, context, tensor piece, lr × trust ratio, the directions pass 1 kept,
+/// else u is recomputed from the stored moments).
+type LambPass2 = fn(&LambConsts, &StepContext, &mut LambTensor<'_>, f32, Option<&[f32]>);
+
 /// One implementation of every kernel. The callers have validated everything; these only compute.
 pub(crate) struct Kernels {
     pub fill_bits: fn(&BitsCoord, u64, &mut [u16]),
@@ -141,8 +150,8 @@ pub(crate) struct Kernels {
     pub sgd: fn(&SgdConsts, &StepContext, &mut SgdTensor<'_>),
     pub adagrad: fn(&AdagradConsts, &StepContext, &mut AdagradTensor<'_>),
     pub adam: fn(&AdamConsts, &StepContext, &mut AdamTensor<'_>),
-    pub lamb_pass1: fn(&LambConsts, &StepContext, &mut LambTensor<'_>, &mut [[f64; 2]]),
-    pub lamb_pass2: fn(&LambConsts, &StepContext, &mut LambTensor<'_>, f32),
+    pub lamb_pass1: LambPass1,
+    pub lamb_pass2: LambPass2,
     pub f32_to_fp8: fn(Fp8, &[f32], &mut [u8], Rounding, &BitsCoord, u64),
     pub fp8_to_f32: fn(Fp8, &[u8], &mut [f32]),
     pub amax_bits: fn(&[f32]) -> u32,
@@ -257,8 +266,10 @@ mod reference {
         sgd: crate::reference::sgd::step,
         adagrad: crate::reference::adagrad::step,
         adam: crate::reference::adam::step,
-        lamb_pass1: crate::reference::lamb::pass1_blocks,
-        lamb_pass2: crate::reference::lamb::pass2,
+        // The reference recomputes u in pass 2 (SPEC.md §6.5); a kept direction is the same
+        // value, so it is neither written nor read here.
+        lamb_pass1: |c, x, t, o, _kept| crate::reference::lamb::pass1_blocks(c, x, t, o),
+        lamb_pass2: |c, x, t, r, _kept| crate::reference::lamb::pass2(c, x, t, r),
         f32_to_fp8: |f, s, d, r, c, base| {
             for (i, (d, &x)) in d.iter_mut().zip(s).enumerate() {
                 *d = quant::f32_to(f.format(), x, mode(r, c, base, i));
@@ -343,11 +354,21 @@ macro_rules! simd_backend {
             }
             $(#[target_feature(enable = $features)])?
             unsafe fn lamb_pass1(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]]) {
-                unsafe { kernels::optim::lamb_pass1::<$V>(c, x, t, o) }
+                unsafe { kernels::optim::lamb_pass1::<$V>(c, x, t, o, None) }
+            }
+            // With and without kept directions as separate functions, so that neither loop's
+            // register allocation pays for the other's (one spill in the AVX2 loop otherwise).
+            $(#[target_feature(enable = $features)])?
+            unsafe fn lamb_pass1_keep(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]], k: &mut [f32]) {
+                unsafe { kernels::optim::lamb_pass1::<$V>(c, x, t, o, Some(k)) }
             }
             $(#[target_feature(enable = $features)])?
             unsafe fn lamb_pass2(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32) {
-                unsafe { kernels::optim::lamb_pass2::<$V>(c, x, t, r) }
+                unsafe { kernels::optim::lamb_pass2::<$V>(c, x, t, r, None) }
+            }
+            $(#[target_feature(enable = $features)])?
+            unsafe fn lamb_pass2_kept(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32, k: &[f32]) {
+                unsafe { kernels::optim::lamb_pass2::<$V>(c, x, t, r, Some(k)) }
             }
             $(#[target_feature(enable = $features)])?
             unsafe fn f32_to_fp8(f: Fp8, s: &[f32], d: &mut [u8], r: Rounding, c: &BitsCoord, b: u64) {
@@ -383,8 +404,14 @@ macro_rules! simd_backend {
                 sgd: |c, x, t| unsafe { sgd(c, x, t) },
                 adagrad: |c, x, t| unsafe { adagrad(c, x, t) },
                 adam: |c, x, t| unsafe { adam(c, x, t) },
-                lamb_pass1: |c, x, t, o| unsafe { lamb_pass1(c, x, t, o) },
-                lamb_pass2: |c, x, t, r| unsafe { lamb_pass2(c, x, t, r) },
+                lamb_pass1: |c, x, t, o, k| match k {
+                    Some(k) => unsafe { lamb_pass1_keep(c, x, t, o, k) },
+                    None => unsafe { lamb_pass1(c, x, t, o) },
+                },
+                lamb_pass2: |c, x, t, r, k| match k {
+                    Some(k) => unsafe { lamb_pass2_kept(c, x, t, r, k) },
+                    None => unsafe { lamb_pass2(c, x, t, r) },
+                },
                 f32_to_fp8: |f, s, d, r, c, b| unsafe { f32_to_fp8(f, s, d, r, c, b) },
                 fp8_to_f32: |f, s, d| unsafe { fp8_to_f32(f, s, d) },
                 amax_bits: |s| unsafe { amax_bits(s) },

@@ -710,7 +710,18 @@ pub fn compare_step(step: &OptimizerStep, data: &TensorData) -> Result<(), Strin
         data,
         TensorData::bits,
         |e, d| step.run(e, d),
-    )
+    )?;
+    if let OptimizerStep::Lamb(_) = step {
+        // A group step keeps each direction from pass 1 for pass 2 in its workspace (small
+        // groups); the single-tensor step recomputes it. Both must give the reference's bits.
+        compare(
+            &(step, data.c, data.kinds, "group step, directions kept"),
+            data,
+            TensorData::bits,
+            |e, d| step.run_group(e, core::slice::from_mut(d), &Threads::current()),
+        )?;
+    }
+    Ok(())
 }
 
 fn sgd(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {

@@ -135,33 +135,57 @@ pub(crate) fn blocks(base: u64, len: usize) -> usize {
 }
 
 /// Per-piece data that is cut along with the tensors: LAMB's block sums (cut at the same
-/// block), its per-tensor ratios (cut at tensor boundaries), or nothing.
+/// block), its per-tensor ratios (cut at tensor boundaries), its kept directions (cut at the
+/// same element), or nothing.
 pub(crate) trait Side: Send + Sized {
-    /// Cuts after `blocks` norm blocks; `tensors` is `Some(k)` when the cut is between the first
-    /// `k` tensors of a list and the rest, `None` when it is inside one tensor.
-    fn cut(self, blocks: usize, tensors: Option<usize>) -> (Self, Self);
+    /// Cuts after `elements` elements, which span `blocks` norm blocks; `tensors` is `Some(k)`
+    /// when the cut is between the first `k` tensors of a list and the rest, `None` when it is
+    /// inside one tensor.
+    fn cut(self, elements: usize, blocks: usize, tensors: Option<usize>) -> (Self, Self);
 }
 
 impl Side for () {
-    fn cut(self, _: usize, _: Option<usize>) -> ((), ()) {
+    fn cut(self, _: usize, _: usize, _: Option<usize>) -> ((), ()) {
         ((), ())
     }
 }
 
 /// Block sums: one pair per norm block, tensor after tensor.
 impl Side for &mut [[f64; 2]] {
-    fn cut(self, blocks: usize, _: Option<usize>) -> (Self, Self) {
+    fn cut(self, _: usize, blocks: usize, _: Option<usize>) -> (Self, Self) {
         self.split_at_mut(blocks)
     }
 }
 
 /// One value per tensor; a piece of one tensor keeps its tensor's value.
 impl Side for &[f32] {
-    fn cut(self, _: usize, tensors: Option<usize>) -> (Self, Self) {
+    fn cut(self, _: usize, _: usize, tensors: Option<usize>) -> (Self, Self) {
         match tensors {
             Some(k) => self.split_at(k),
             None => (self, self),
         }
+    }
+}
+
+/// One value per element, tensor after tensor (LAMB's kept directions), or none.
+impl Side for Option<&mut [f32]> {
+    fn cut(self, elements: usize, _: usize, _: Option<usize>) -> (Self, Self) {
+        match self {
+            Some(s) => {
+                let (a, b) = s.split_at_mut(elements);
+                (Some(a), Some(b))
+            }
+            None => (None, None),
+        }
+    }
+}
+
+/// Two sides cut together.
+impl<A: Side, B: Side> Side for (A, B) {
+    fn cut(self, elements: usize, blocks: usize, tensors: Option<usize>) -> (Self, Self) {
+        let (a0, a1) = self.0.cut(elements, blocks, tensors);
+        let (b0, b1) = self.1.cut(elements, blocks, tensors);
+        ((a0, b0), (a1, b1))
     }
 }
 
@@ -200,7 +224,7 @@ fn list<C: Step, S: Side, L: Leaf<C, S>>(
         // One tensor: maybe cut it; several within one grain: one after the other, here.
         let mut side = side;
         for t in ts.iter_mut() {
-            let (mine, rest) = side.cut(tensor_blocks::<C>(t), Some(1));
+            let (mine, rest) = side.cut(C::tensor_len(t), tensor_blocks::<C>(t), Some(1));
             side = rest;
             if parallel {
                 range::<C, S, L>(C::reborrow(t), mine, leaf, piece);
@@ -219,7 +243,8 @@ fn list<C: Step, S: Side, L: Leaf<C, S>>(
     }
     let k = k.max(1);
     let left_blocks = ts[..k].iter().map(tensor_blocks::<C>).sum();
-    let (sa, sb) = side.cut(left_blocks, Some(k));
+    let left_elements = ts[..k].iter().map(C::tensor_len).sum();
+    let (sa, sb) = side.cut(left_elements, left_blocks, Some(k));
     let (a, b) = ts.split_at_mut(k);
     rayon_core::join(
         || list::<C, S, L>(a, sa, leaf, true, piece),
@@ -238,7 +263,7 @@ fn range<C: Step, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, p
         return;
     }
     let mid = (mid_e - base) as usize;
-    let (sa, sb) = side.cut(blocks(base, mid), None);
+    let (sa, sb) = side.cut(mid, blocks(base, mid), None);
     let (a, b) = C::split_at(t, mid);
     rayon_core::join(
         || range::<C, S, L>(a, sa, leaf, piece),

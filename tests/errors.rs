@@ -524,6 +524,37 @@ fn index_out_of_range() {
 }
 
 #[test]
+fn a_lamb_group_out_of_the_index_range_is_refused_and_sizing_for_it_does_not_panic() {
+    for base in [(1u64 << 51) - 10, u64::MAX - 5] {
+        let mut b = bufs(20, WKind::F32);
+        let before = b.clone();
+        let g = b.g.clone();
+        let mut t = [LambTensor {
+            weights: b.w.view(),
+            grads: Grads::F32(&g),
+            exp_avg: b.m.view(),
+            exp_avg_sq: b.v.view(),
+            stream: TensorStream {
+                id: 0,
+                index_base: base,
+            },
+        }];
+        // Sizing happens before the step validates anything: it must not overflow.
+        let _ = halfstep::LambWorkspace::for_tensors(&t);
+        let mut opt = Optimizer::new(LambConfig::default(), 1).unwrap();
+        opt.reserve(&t);
+        assert_eq!(
+            opt.step(&mut t),
+            Err(Error::IndexOutOfRange {
+                index_base: base,
+                len: 20
+            })
+        );
+        assert_eq!(b, before);
+    }
+}
+
+#[test]
 fn replica_out_of_range() {
     let mut b = bufs(8, WKind::Bf16(Rounding::Stochastic));
     let g = b.g.clone();

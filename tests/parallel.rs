@@ -256,3 +256,55 @@ fn a_lamb_workspace_that_is_too_small_is_refused_before_any_write() {
     )
     .unwrap();
 }
+
+#[test]
+fn lamb_groups_give_the_same_bits_whether_or_not_the_workspace_keeps_directions() {
+    // A workspace sized for a group above the keeping cap (2^20 elements) has no room for this
+    // group's directions, so pass 2 recomputes u; one from `for_tensors` keeps them.
+    let n = (1 << 20) + 1;
+    let (mut w, g, mut m, mut v) = (vec![0f32; n], vec![0f32; n], vec![0f32; n], vec![0f32; n]);
+    let mut rest = LambTensor {
+        weights: halfstep::Weights::F32(&mut w),
+        grads: halfstep::Grads::F32(&g),
+        exp_avg: halfstep::State::F32(&mut m),
+        exp_avg_sq: halfstep::State::F32(&mut v),
+        stream: TensorStream::new(0),
+    };
+    // As many tensors as the group has, so only the directions are missing.
+    let mut big_group = vec![];
+    for _ in 1..SHAPES.len() {
+        let (one, tail) = rest.split_at(1);
+        big_group.push(one);
+        rest = tail;
+    }
+    big_group.push(rest);
+    let big = LambWorkspace::for_tensors(&big_group);
+    drop(big_group);
+    let ctx = StepContext::new(5, 2);
+    let cfg = LambConfig::default();
+    for e in engines() {
+        for combo in [0, 7, 101] {
+            let data = group(combo as u64, combo);
+            let mut kept = data.clone();
+            let mut ts = lamb_tensors(&mut kept);
+            let mut ws = LambWorkspace::for_tensors(&ts);
+            e.step_group(&cfg, &ctx, &mut ts, &mut ws, &Threads::current())
+                .unwrap();
+            drop(ts);
+            assert_ne!(bits(&kept), bits(&data), "the step changed nothing");
+            for (name, threads) in thread_setups() {
+                let mut recomputed = data.clone();
+                let mut ts = lamb_tensors(&mut recomputed);
+                e.step_group(&cfg, &ctx, &mut ts, &mut big.clone(), &threads)
+                    .unwrap();
+                drop(ts);
+                assert_eq!(
+                    bits(&recomputed),
+                    bits(&kept),
+                    "{} with {name}, combo {combo}",
+                    e.backend()
+                );
+            }
+        }
+    }
+}

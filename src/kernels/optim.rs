@@ -365,13 +365,17 @@ impl<V: Simd, W: Access<V>, G: Access<V>, S0: Access<V>, S1: Access<V>, S2: Acce
 type Has<T> = T;
 /// A buffer the call does not have, whatever the layout's kind `T` for it.
 type Lacks<T> = <T as AbsentFor>::Absent;
+/// A workspace buffer of the library's own (LAMB's kept directions): f32 in every layout.
+type Scratch<T> = <T as AbsentFor>::F32;
 
 trait AbsentFor {
     type Absent;
+    type F32;
 }
 
 impl<T> AbsentFor for T {
     type Absent = Absent;
+    type F32 = F32Buf;
 }
 
 /// The buffers of one call as passed (kinds known at run time).
@@ -455,6 +459,8 @@ trait ElementOp<V: Simd> {
     /// Whether the pass writes the weights, and each state slot.
     const WRITE_W: bool;
     const WRITE_S: [bool; 3];
+    /// Whether the pass reads each state slot (a slot it only writes is not loaded).
+    const READ_S: [bool; 3] = [true; 3];
     /// Transforms the loaded values of the chunk at global index `e`.
     unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>);
 }
@@ -481,7 +487,23 @@ unsafe fn process<V: Simd, L: Layout<V>, O: ElementOp<V>>(
         let mut v = Vals {
             p: c.w.load(off),
             g: c.g.load(off),
-            s: [c.s0.load(off), c.s1.load(off), c.s2.load(off)],
+            s: [
+                if O::READ_S[0] {
+                    c.s0.load(off)
+                } else {
+                    V::splat(0.0)
+                },
+                if O::READ_S[1] {
+                    c.s1.load(off)
+                } else {
+                    V::splat(0.0)
+                },
+                if O::READ_S[2] {
+                    c.s2.load(off)
+                } else {
+                    V::splat(0.0)
+                },
+            ],
         };
         op.apply(&mut v, e, b);
         let [r0, r1, r2] = &mut b.rng_s;
@@ -880,8 +902,9 @@ impl<V: Simd> BlockNorms<V> {
     }
 }
 
-/// Pass 1: moments, and the norms of p and of u computed from the moments as stored.
-struct LambPass1<V: Simd> {
+/// Pass 1: moments, and the norms of p and of u computed from the moments as stored; with
+/// `KEEP`, u also goes to state slot 2 (the workspace's directions) for pass 2.
+struct LambPass1<V: Simd, const KEEP: bool> {
     k: LambV<V>,
     omb1: V::F,
     beta2: V::F,
@@ -889,9 +912,10 @@ struct LambPass1<V: Simd> {
     norms: BlockNorms<V>,
 }
 
-impl<V: Simd> ElementOp<V> for LambPass1<V> {
+impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
     const WRITE_W: bool = false;
-    const WRITE_S: [bool; 3] = [true, true, false];
+    const WRITE_S: [bool; 3] = [true, true, KEEP];
+    const READ_S: [bool; 3] = [true, true, false];
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>) {
@@ -905,6 +929,7 @@ impl<V: Simd> ElementOp<V> for LambPass1<V> {
             self.norms.add(v.p, u, e);
             v.s[0] = m;
             v.s[1] = vv;
+            v.s[2] = u;
         }
     }
 }
@@ -931,6 +956,22 @@ impl<V: Simd> ElementOp<V> for LambPass2<V> {
     }
 }
 
+/// Pass 2 with the directions pass 1 kept (in state slot 0): the same u, without a second
+/// divide and square root per element.
+struct LambPass2Kept<V: Simd> {
+    neg_lr_ratio: V::F,
+}
+
+impl<V: Simd> ElementOp<V> for LambPass2Kept<V> {
+    const WRITE_W: bool = true;
+    const WRITE_S: [bool; 3] = [false; 3];
+
+    #[inline(always)]
+    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
+        unsafe { v.p = V::fma(self.neg_lr_ratio, v.s[0], v.p) }
+    }
+}
+
 impl<V: Simd> LambV<V> {
     #[inline(always)]
     unsafe fn new(c: &LambConsts) -> Self {
@@ -947,7 +988,8 @@ impl<V: Simd> LambV<V> {
 }
 
 /// LAMB pass 1 over one tensor (or a piece of one): moments stored, and the canonical sums of
-/// squares of p and u of every norm block the piece touches written to `out` in block order.
+/// squares of p and u of every norm block the piece touches written to `out` in block order;
+/// each u also to `kept` when given (one f32 per element of the piece).
 /// A piece must not share a block with another piece (the parallel driver cuts at block edges).
 #[inline(always)]
 pub(crate) unsafe fn lamb_pass1<V: Simd>(
@@ -955,12 +997,20 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
     ctx: &StepContext,
     t: &mut LambTensor<'_>,
     out: &mut [[f64; 2]],
+    kept: Option<&mut [f32]>,
 ) {
     unsafe {
         let n = t.weights.len();
         let base = t.stream.index_base;
         debug_assert_eq!(out.len(), crate::parallel::blocks(base, n));
-        let d = DynBufs {
+        let k = LambV::new(c);
+        let (omb1, beta2, omb2) = (
+            V::splat(c.one_minus_beta1),
+            V::splat(c.beta2),
+            V::splat(c.one_minus_beta2),
+        );
+        let norms = BlockNorms::new(base, out.as_mut_ptr());
+        let mut d = DynBufs {
             w: Buf::weights(&mut t.weights),
             g: Some(Buf::grads(&t.grads)),
             s: [
@@ -969,43 +1019,88 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
                 None,
             ],
         };
-        let mut p1 = LambPass1::<V> {
-            k: LambV::new(c),
-            omb1: V::splat(c.one_minus_beta1),
-            beta2: V::splat(c.beta2),
-            omb2: V::splat(c.one_minus_beta2),
-            norms: BlockNorms::new(base, out.as_mut_ptr()),
-        };
         let st = &t.stream;
-        drive_layouts!(V, n, base, ctx, st, d, &mut p1, [Has, Has, Has, Lacks]);
-        p1.norms.close();
+        match kept {
+            Some(kept) => {
+                debug_assert_eq!(kept.len(), n);
+                d.s[2] = Some(Buf::F32(kept.as_mut_ptr()));
+                let mut p1 = LambPass1::<V, true> {
+                    k,
+                    omb1,
+                    beta2,
+                    omb2,
+                    norms,
+                };
+                drive_layouts!(V, n, base, ctx, st, d, &mut p1, [Has, Has, Has, Scratch]);
+                p1.norms.close();
+            }
+            None => {
+                let mut p1 = LambPass1::<V, false> {
+                    k,
+                    omb1,
+                    beta2,
+                    omb2,
+                    norms,
+                };
+                drive_layouts!(V, n, base, ctx, st, d, &mut p1, [Has, Has, Has, Lacks]);
+                p1.norms.close();
+            }
+        }
     }
 }
 
-/// LAMB pass 2 over one tensor (or a piece): `p = fma(-lr_ratio, u, p)`.
+/// LAMB pass 2 over one tensor (or a piece): `p = fma(-lr_ratio, u, p)`, u read from `kept`
+/// when pass 1 kept it, else recomputed from the stored moments (the same value).
 #[inline(always)]
 pub(crate) unsafe fn lamb_pass2<V: Simd>(
     c: &LambConsts,
     ctx: &StepContext,
     t: &mut LambTensor<'_>,
     lr_ratio: f32,
+    kept: Option<&[f32]>,
 ) {
     unsafe {
         let n = t.weights.len();
-        let d = DynBufs {
-            w: Buf::weights(&mut t.weights),
-            g: None,
-            s: [
-                Some(Buf::state(&mut t.exp_avg)),
-                Some(Buf::state(&mut t.exp_avg_sq)),
-                None,
-            ],
-        };
-        let mut p2 = LambPass2::<V> {
-            k: LambV::new(c),
-            neg_lr_ratio: V::splat(-lr_ratio),
-        };
         let (base, st) = (t.stream.index_base, &t.stream);
-        drive_layouts!(V, n, base, ctx, st, d, &mut p2, [Lacks, Has, Has, Lacks]);
+        let neg_lr_ratio = V::splat(-lr_ratio);
+        let w = Buf::weights(&mut t.weights);
+        match kept {
+            Some(kept) => {
+                debug_assert_eq!(kept.len(), n);
+                // Read only: pass 2 has no store to slot 0.
+                let d = DynBufs {
+                    w,
+                    g: None,
+                    s: [Some(Buf::F32(kept.as_ptr().cast_mut())), None, None],
+                };
+                let mut p2 = LambPass2Kept::<V> { neg_lr_ratio };
+                drive_layouts!(
+                    V,
+                    n,
+                    base,
+                    ctx,
+                    st,
+                    d,
+                    &mut p2,
+                    [Lacks, Scratch, Lacks, Lacks]
+                );
+            }
+            None => {
+                let d = DynBufs {
+                    w,
+                    g: None,
+                    s: [
+                        Some(Buf::state(&mut t.exp_avg)),
+                        Some(Buf::state(&mut t.exp_avg_sq)),
+                        None,
+                    ],
+                };
+                let mut p2 = LambPass2::<V> {
+                    k: LambV::new(c),
+                    neg_lr_ratio,
+                };
+                drive_layouts!(V, n, base, ctx, st, d, &mut p2, [Lacks, Has, Has, Lacks]);
+            }
+        }
     }
 }
