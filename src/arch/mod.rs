@@ -86,6 +86,14 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn load_u16(p: *const u16) -> Self::U;
     /// Stores the low 16 bits of each lane.
     unsafe fn store_u16(p: *mut u16, v: Self::U);
+    /// Stores the high 16 bits of each lane to `hi` and the low 16 bits to `lo` (split weights).
+    #[inline(always)]
+    unsafe fn store_u16_halves(hi: *mut u16, lo: *mut u16, v: Self::U) {
+        unsafe {
+            Self::store_u16(hi, Self::shr::<16>(v));
+            Self::store_u16(lo, v);
+        }
+    }
 
     // ---- 8-bit and 4-bit memory (the low-bit formats)
     /// Loads `LANES` bytes, zero-extended.

@@ -168,8 +168,7 @@ struct SplitK {
 unsafe fn split_chunk<V: Simd>(s: *const f32, t: *mut u16, l: *mut u16) {
     unsafe {
         let b = V::to_bits(V::load(s));
-        V::store_u16(t, V::shr::<16>(b));
-        V::store_u16(l, b);
+        V::store_u16_halves(t, l, b);
     }
 }
 

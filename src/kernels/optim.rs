@@ -159,8 +159,7 @@ impl<V: Simd> Access<V> for SplitBuf {
     unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
         unsafe {
             let b = <Self as Access<V>>::encode(self, v, rng, e);
-            V::store_u16(self.0.offset(off), V::shr::<16>(b));
-            V::store_u16(self.1.offset(off), b);
+            V::store_u16_halves(self.0.offset(off), self.1.offset(off), b);
         }
     }
 

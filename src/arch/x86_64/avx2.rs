@@ -163,11 +163,22 @@ impl Simd for Avx2 {
     #[inline(always)]
     unsafe fn store_u16(p: *mut u16, v: __m256i) {
         unsafe {
-            // Unsigned-saturating pack of values that fit, then put the two 64-bit halves together.
-            let low = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
-            let packed = _mm256_packus_epi32(low, low);
-            let ordered = _mm256_permute4x64_epi64::<0b1000>(packed);
+            // The low halves of each 128-bit lane's dwords into its low 8 bytes, then the two
+            // lanes' low quadwords together.
+            let halves = _mm256_shuffle_epi8(v, halves_shuffle());
+            let ordered = _mm256_permute4x64_epi64::<0b11_01_10_00>(halves);
             _mm_storeu_si128(p.cast(), _mm256_castsi256_si128(ordered));
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_u16_halves(hi: *mut u16, lo: *mut u16, v: __m256i) {
+        unsafe {
+            // One shuffle puts both halves in place: quadwords [lo 0-3, hi 0-3, lo 4-7, hi 4-7]
+            // become [lo 0-7 | hi 0-7].
+            let halves = _mm256_shuffle_epi8(v, halves_shuffle());
+            let ordered = _mm256_permute4x64_epi64::<0b11_01_10_00>(halves);
+            _mm_storeu_si128(lo.cast(), _mm256_castsi256_si128(ordered));
+            _mm_storeu_si128(hi.cast(), _mm256_extracti128_si256::<1>(ordered));
         }
     }
 
@@ -261,5 +272,17 @@ impl Simd for Avx2 {
             }
             out
         }
+    }
+}
+
+/// `vpshufb` control: in each 128-bit lane, bytes 0-1, 4-5, 8-9, 12-13 (the dwords' low halves)
+/// to bytes 0-7 and bytes 2-3, 6-7, 10-11, 14-15 (the high halves) to bytes 8-15.
+#[inline(always)]
+unsafe fn halves_shuffle() -> __m256i {
+    unsafe {
+        _mm256_setr_epi8(
+            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, //
+            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+        )
     }
 }
