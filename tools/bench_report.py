@@ -202,7 +202,8 @@ def main():
 def peers_table(path):
     """The side-by-side rows as tools/peers_side_by_side.py prints them."""
     d = json.load(open(path))
-    lines = [f"torch {d.get('torch')}", "",
+    runs = d.get("runs", 1)
+    lines = [f"torch {d.get('torch')}, median of {runs} run(s)", "",
              "| kernel | peer | elements | threads | peer ns/param | halfstep ns/param | peer / halfstep |",
              "|---|---|---|---|---|---|---|"]
     for r in d["rows"]:

@@ -10,7 +10,7 @@ peers_python="$HOME/.cache/halfstep-peers/bin/python"
 if [ -x "$peers_python" ]; then
   cargo build --release --example step_timer
   "$peers_python" tools/peers_side_by_side.py --threads 1 2 \
-    --sizes 4096 65536 1048576 16777216 67108864 --json target/peers.json
+    --sizes 4096 65536 1048576 16777216 67108864 --runs 3 --json target/peers.json
 else
   echo "no peers' environment at $peers_python: the report has no peer columns" >&2
 fi

@@ -6,7 +6,7 @@ Prints a markdown table with the ratio peer / halfstep (> 1: halfstep is faster)
 
 Needs the peers' environment (`bash ../shared/bench/setup-peers.sh`; torch 2.8 + IPEX 2.8):
   cargo build --release --example step_timer
-  ~/.cache/halfstep-peers/bin/python tools/peers_side_by_side.py --threads 1 2 --sizes 65536 1048576 67108864
+  ~/.cache/halfstep-peers/bin/python tools/peers_side_by_side.py --threads 1 2 --sizes 65536 1048576 67108864 --runs 3
 With `--json FILE` the rows are also written to FILE for tools/bench_report.py (peer columns and plot marks).
 """
 import argparse
@@ -14,6 +14,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import time
 import warnings
 
@@ -82,24 +83,36 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1 << 16, 1 << 20, 1 << 26])
+    ap.add_argument("--runs", type=int, default=1,
+                    help="sweep this many times back to back; each cell is the median over the runs")
     ap.add_argument("--json", help="also write the rows to this file")
     a = ap.parse_args()
+    cells = {}  # (threads, elements, kernel) -> (peer name, [peer ns], [halfstep ns])
+    for run in range(a.runs):
+        for t in a.threads:
+            torch.set_num_threads(t)
+            for n in a.sizes:
+                for kernel, name, step in peers(n):
+                    p = median_ns_per_param(step, n)
+                    h = ours(kernel, n, t)
+                    print(f"run {run + 1}: {kernel} {n} {t}T peer {p:.3f} halfstep {h:.3f} ({p / h:.2f}x)",
+                          file=sys.stderr, flush=True)
+                    c = cells.setdefault((t, n, kernel), (name, [], []))
+                    c[1].append(p)
+                    c[2].append(h)
     rows = []
-    print(f"torch {torch.__version__}, halfstep backend from HALFSTEP_BACKEND or detection\n")
+    print(f"torch {torch.__version__}, halfstep backend from HALFSTEP_BACKEND or detection, "
+          f"median of {a.runs} run(s)\n")
     print("| kernel | peer | elements | threads | peer ns/param | halfstep ns/param | peer / halfstep |")
     print("|---|---|---|---|---|---|---|")
-    for t in a.threads:
-        torch.set_num_threads(t)
-        for n in a.sizes:
-            for kernel, name, step in peers(n):
-                p = median_ns_per_param(step, n)
-                h = ours(kernel, n, t)
-                print(f"| {kernel} | {name} | {n} | {t} | {p:.3f} | {h:.3f} | {p / h:.2f}x |", flush=True)
-                rows.append({"kernel": kernel, "peer": name, "elements": n, "threads": t,
-                             "peer_ns": p, "halfstep_ns": h})
+    for (t, n, kernel), (name, ps, hs) in cells.items():
+        p, h = statistics.median(ps), statistics.median(hs)
+        print(f"| {kernel} | {name} | {n} | {t} | {p:.3f} | {h:.3f} | {p / h:.2f}x |")
+        rows.append({"kernel": kernel, "peer": name, "elements": n, "threads": t,
+                     "peer_ns": p, "halfstep_ns": h, "runs": a.runs})
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"torch": torch.__version__, "runs": a.runs, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
