@@ -933,41 +933,28 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
     }
 }
 
-/// Pass 2: the weights, with u recomputed from the same stored moments.
-struct LambPass2<V: Simd> {
+/// Pass 2: the weights, with u recomputed from the same stored moments, or with `KEPT` read
+/// from state slot 0 where pass 1 kept it (the same value, without a second divide and square
+/// root per element).
+struct LambPass2<V: Simd, const KEPT: bool> {
     k: LambV<V>,
     neg_lr_ratio: V::F,
 }
 
-impl<V: Simd> ElementOp<V> for LambPass2<V> {
+impl<V: Simd, const KEPT: bool> ElementOp<V> for LambPass2<V, KEPT> {
     const WRITE_W: bool = true;
     const WRITE_S: [bool; 3] = [false; 3];
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
         unsafe {
-            v.p = V::fma(
-                self.neg_lr_ratio,
-                self.k.direction(v.p, v.s[0], v.s[1]),
-                v.p,
-            );
+            let u = if KEPT {
+                v.s[0]
+            } else {
+                self.k.direction(v.p, v.s[0], v.s[1])
+            };
+            v.p = V::fma(self.neg_lr_ratio, u, v.p);
         }
-    }
-}
-
-/// Pass 2 with the directions pass 1 kept (in state slot 0): the same u, without a second
-/// divide and square root per element.
-struct LambPass2Kept<V: Simd> {
-    neg_lr_ratio: V::F,
-}
-
-impl<V: Simd> ElementOp<V> for LambPass2Kept<V> {
-    const WRITE_W: bool = true;
-    const WRITE_S: [bool; 3] = [false; 3];
-
-    #[inline(always)]
-    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
-        unsafe { v.p = V::fma(self.neg_lr_ratio, v.s[0], v.p) }
     }
 }
 
@@ -1061,7 +1048,7 @@ pub(crate) unsafe fn lamb_pass2<V: Simd>(
     unsafe {
         let n = t.weights.len();
         let (base, st) = (t.stream.index_base, &t.stream);
-        let neg_lr_ratio = V::splat(-lr_ratio);
+        let (k, neg_lr_ratio) = (LambV::new(c), V::splat(-lr_ratio));
         let w = Buf::weights(&mut t.weights);
         match kept {
             Some(kept) => {
@@ -1072,7 +1059,7 @@ pub(crate) unsafe fn lamb_pass2<V: Simd>(
                     g: None,
                     s: [Some(Buf::F32(kept.as_ptr().cast_mut())), None, None],
                 };
-                let mut p2 = LambPass2Kept::<V> { neg_lr_ratio };
+                let mut p2 = LambPass2::<V, true> { k, neg_lr_ratio };
                 drive_layouts!(
                     V,
                     n,
@@ -1094,10 +1081,7 @@ pub(crate) unsafe fn lamb_pass2<V: Simd>(
                         None,
                     ],
                 };
-                let mut p2 = LambPass2::<V> {
-                    k: LambV::new(c),
-                    neg_lr_ratio,
-                };
+                let mut p2 = LambPass2::<V, false> { k, neg_lr_ratio };
                 drive_layouts!(V, n, base, ctx, st, d, &mut p2, [Lacks, Has, Has, Lacks]);
             }
         }
