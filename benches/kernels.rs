@@ -400,45 +400,34 @@ fn quantizers(c: &mut Criterion) {
                 })
             });
         }
-        group(
-            c,
-            &format!("nvfp4_{mode}"),
-            4.0,
-            0.5 + 1.0 / 16.0,
-            |n, base| {
-                let stream = TensorStream {
-                    id: 1,
-                    index_base: base,
-                };
-                let src = data(n);
-                let (mut packed, mut scales) =
-                    (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(16)]);
-                Box::new(move |e: Engine| {
-                    let pts = e.nvfp4_tensor_scale(&src).unwrap();
-                    e.quantize_nvfp4(&src, pts, &mut packed, &mut scales, r, &ctx, &stream)
-                        .unwrap()
-                })
-            },
-        );
-        group(
-            c,
-            &format!("mxfp4_{mode}"),
-            4.0,
-            0.5 + 1.0 / 32.0,
-            |n, base| {
-                let stream = TensorStream {
-                    id: 1,
-                    index_base: base,
-                };
-                let src = data(n);
-                let (mut packed, mut scales) =
-                    (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(32)]);
-                Box::new(move |e: Engine| {
-                    e.quantize_mxfp4(&src, &mut packed, &mut scales, r, &ctx, &stream)
-                        .unwrap()
-                })
-            },
-        );
+        // NVFP4 (blocks of 16, a tensor scale taken per call as a user would) and MXFP4 (32).
+        for (name, block) in [("nvfp4", 16), ("mxfp4", 32)] {
+            let nv = block == 16;
+            group(
+                c,
+                &format!("{name}_{mode}"),
+                4.0,
+                0.5 + 1.0 / block as f64,
+                |n, base| {
+                    let stream = TensorStream {
+                        id: 1,
+                        index_base: base,
+                    };
+                    let src = data(n);
+                    let (mut packed, mut scales) =
+                        (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(block)]);
+                    Box::new(move |e: Engine| {
+                        let (p, s) = (&mut packed, &mut scales);
+                        if nv {
+                            let pts = e.nvfp4_tensor_scale(&src).unwrap();
+                            e.quantize_nvfp4(&src, pts, p, s, r, &ctx, &stream).unwrap()
+                        } else {
+                            e.quantize_mxfp4(&src, p, s, r, &ctx, &stream).unwrap()
+                        }
+                    })
+                },
+            );
+        }
     }
     group(c, "e4m3_to_f32", 1.0, 4.0, |n, _| {
         let codes: Vec<u8> = (0..n).map(|i| (i * 37) as u8).collect();
