@@ -85,6 +85,7 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[1 << 16, 1 << 20, 1 << 26])
     ap.add_argument("--runs", type=int, default=1,
                     help="sweep this many times back to back; each cell is the median over the runs")
+    ap.add_argument("--kernels", nargs="+", help="only these rows (sgd adagrad adam lamb adamw_f32)")
     ap.add_argument("--json", help="also write the rows to this file")
     a = ap.parse_args()
     cells = {}  # (threads, elements, kernel) -> (peer name, [peer ns], [halfstep ns])
@@ -93,6 +94,8 @@ def main():
             torch.set_num_threads(t)
             for n in a.sizes:
                 for kernel, name, step in peers(n):
+                    if a.kernels and kernel not in a.kernels:
+                        continue
                     p = median_ns_per_param(step, n)
                     h = ours(kernel, n, t)
                     print(f"run {run + 1}: {kernel} {n} {t}T peer {p:.3f} halfstep {h:.3f} ({p / h:.2f}x)",
