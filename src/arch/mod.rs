@@ -76,6 +76,32 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn select_u(m: Self::M, a: Self::U, b: Self::U) -> Self::U;
     /// The full 64-bit products `a * b` per lane, as (high 32 bits, low 32 bits).
     unsafe fn mul_hi_lo(a: Self::U, b: Self::U) -> (Self::U, Self::U);
+
+    // ---- Philox in the even lanes (`kernels::GroupBits`)
+    /// Whether Philox runs one block per even lane (with [`Self::mul_hi_lo_even`] and
+    /// [`Self::pack_even`]) instead of one per lane (with [`Self::mul_hi_lo`]). Worth it where the
+    /// widening multiply reads only the even lanes (x86's `vpmuludq`): `mul_hi_lo` then spends a
+    /// second multiply and four shuffles to serve the odd lanes, which the even layout never needs.
+    const PHILOX_EVEN_LANES: bool = false;
+    /// In each even lane `2j`: the (high, low) 32 bits of `a[2j] * b[2j]`. Odd lanes: anything.
+    #[inline(always)]
+    unsafe fn mul_hi_lo_even(a: Self::U, b: Self::U) -> (Self::U, Self::U) {
+        unsafe { Self::mul_hi_lo(a, b) }
+    }
+    /// Lanes `0 .. LANES/2` from the even lanes of `a`, in order, then those of `b`.
+    #[inline(always)]
+    unsafe fn pack_even(a: Self::U, b: Self::U) -> Self::U {
+        unsafe {
+            let mut buf = [0u32; 2 * MAX_LANES];
+            let p = buf.as_mut_ptr();
+            Self::store(p.cast(), Self::from_bits(a));
+            Self::store(p.add(Self::LANES).cast(), Self::from_bits(b));
+            for l in 0..Self::LANES {
+                *p.add(l) = *p.add(2 * l);
+            }
+            Self::to_bits(Self::load(p.cast()))
+        }
+    }
     unsafe fn to_bits(a: Self::F) -> Self::U;
     unsafe fn from_bits(a: Self::U) -> Self::F;
     /// u32 -> f32 for lanes below 2^24 (exact).

@@ -104,21 +104,42 @@ impl<V: Simd> GroupBits<V> {
         }
     }
 
-    /// Runs Philox4x32-10 on the 16 blocks of `group`.
+    /// Runs Philox4x32-10 on the 16 blocks of `group`, in the layout the ISA prefers.
     #[inline(always)]
     unsafe fn fill(&mut self, group: u64) {
         unsafe {
-            let nb = 16 / V::LANES;
+            if V::PHILOX_EVEN_LANES {
+                self.fill_even(group)
+            } else {
+                self.fill_lanes(group)
+            }
+            self.group = group;
+        }
+    }
+
+    /// The counter words 1..3 of every block of `group` (word 0 is the block's low 32 bits).
+    #[inline(always)]
+    unsafe fn counter_words(&self, group: u64) -> [V::U; 3] {
+        unsafe {
+            // The 16 blocks of a group differ only in their low 4 bits: no carry into word 1.
             let first_block = group * 16;
-            let c1 = V::splat_u(
-                ((first_block >> 32) as u32) | (u32::from(self.coord.replica_slot) << 16),
-            );
-            let c2 = V::splat_u(self.coord.step);
-            let c3 = V::splat_u(self.coord.stream_word);
+            let c1 = (first_block >> 32) as u32 | u32::from(self.coord.replica_slot) << 16;
+            [
+                V::splat_u(c1),
+                V::splat_u(self.coord.step),
+                V::splat_u(self.coord.stream_word),
+            ]
+        }
+    }
+
+    /// One block per lane: `words[4 * b + w]` lane `l` is word `w` of block `16 * group + b * LANES + l`.
+    #[inline(always)]
+    unsafe fn fill_lanes(&mut self, group: u64) {
+        unsafe {
+            let [c1, c2, c3] = self.counter_words(group);
             let (m0, m1) = (V::splat_u(M0), V::splat_u(M1));
-            for b in 0..nb {
-                // The 16 blocks of a group differ only in their low 4 bits: no carry into word 1.
-                let lo = (first_block as u32).wrapping_add((b * V::LANES) as u32);
+            for b in 0..16 / V::LANES {
+                let lo = ((group * 16) as u32).wrapping_add((b * V::LANES) as u32);
                 let mut c = [V::add_u(V::splat_u(lo), V::iota()), c1, c2, c3];
                 let mut k = self.key;
                 for r in 0..10 {
@@ -136,7 +157,52 @@ impl<V: Simd> GroupBits<V> {
                 }
                 self.words[4 * b..4 * b + 4].copy_from_slice(&c);
             }
-            self.group = group;
+        }
+    }
+
+    /// The same words as [`Self::fill_lanes`], computed one block per even lane: two vectors `x`,
+    /// `y` each carry `LANES / 2` blocks, and [`Simd::pack_even`] joins them at the end. The odd
+    /// lanes carry garbage that never reaches an even lane (the multiply reads the even lanes,
+    /// the XORs are lane-wise).
+    #[inline(always)]
+    unsafe fn fill_even(&mut self, group: u64) {
+        unsafe {
+            let [c1, c2, c3] = self.counter_words(group);
+            let (m0, m1) = (V::splat_u(M0), V::splat_u(M1));
+            // Lanes 2j and 2j + 1 both get j; the even one is the block's.
+            let pairs = V::shr::<1>(V::iota());
+            for b in 0..16 / V::LANES {
+                let lo = ((group * 16) as u32).wrapping_add((b * V::LANES) as u32);
+                let mut x = [V::add_u(V::splat_u(lo), pairs), c1, c2, c3];
+                let mut y = x;
+                y[0] = V::add_u(V::splat_u(lo + (V::LANES / 2) as u32), pairs);
+                let mut k = self.key;
+                for r in 0..10 {
+                    if r > 0 {
+                        k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
+                    }
+                    let (k0, k1) = (V::splat_u(k[0]), V::splat_u(k[1]));
+                    let (xh0, xl0) = V::mul_hi_lo_even(x[0], m0);
+                    let (xh1, xl1) = V::mul_hi_lo_even(x[2], m1);
+                    let (yh0, yl0) = V::mul_hi_lo_even(y[0], m0);
+                    let (yh1, yl1) = V::mul_hi_lo_even(y[2], m1);
+                    x = [
+                        V::xor_u(V::xor_u(xh1, x[1]), k0),
+                        xl1,
+                        V::xor_u(V::xor_u(xh0, x[3]), k1),
+                        xl0,
+                    ];
+                    y = [
+                        V::xor_u(V::xor_u(yh1, y[1]), k0),
+                        yl1,
+                        V::xor_u(V::xor_u(yh0, y[3]), k1),
+                        yl0,
+                    ];
+                }
+                for w in 0..4 {
+                    self.words[4 * b + w] = V::pack_even(x[w], y[w]);
+                }
+            }
         }
     }
 
@@ -208,5 +274,101 @@ pub(crate) unsafe fn stage_out<T: Copy>(src: *const T, dst: *mut T, c: &Chunk) {
         for l in c.lo..c.hi {
             *dst.offset(c.off + l as isize) = *src.add(l);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::philox::{block_counter, philox4x32_10};
+
+    /// Both Philox layouts of [`GroupBits`] on backend `V` against the reference, word by word,
+    /// for groups whose blocks carry into the counter's high words and keys that wrap.
+    #[inline(always)]
+    unsafe fn check_layouts<V: Simd>(name: &str) {
+        let coords = [
+            BitsCoord {
+                seed: 0,
+                step: 0,
+                stream_word: 0,
+                replica_slot: 0,
+            },
+            BitsCoord {
+                seed: u64::MAX,
+                step: u32::MAX,
+                stream_word: 0xDEAD_BEEF,
+                replica_slot: 0xFFFF,
+            },
+            BitsCoord {
+                seed: 0x0123_4567_89AB_CDEF,
+                step: 7,
+                stream_word: 0x31,
+                replica_slot: 3,
+            },
+        ];
+        let groups = [0u64, 1, 0x0FFF_FFFF, 0x1000_0000, (1 << 44) - 1];
+        for coord in coords {
+            for group in groups {
+                let mut lanes = unsafe { GroupBits::<V>::new(coord) };
+                let mut even = unsafe { GroupBits::<V>::new(coord) };
+                unsafe {
+                    lanes.fill_lanes(group);
+                    even.fill_even(group);
+                }
+                for (layout, bits) in [("lanes", &lanes), ("even", &even)] {
+                    let mut got = [0u32; 16 * MAX_LANES];
+                    for (i, w) in bits.words.iter().enumerate() {
+                        unsafe {
+                            V::store(got[i * V::LANES..].as_mut_ptr().cast(), V::from_bits(*w))
+                        };
+                    }
+                    for block in 0..16 {
+                        let (b, l) = (block / V::LANES, block % V::LANES);
+                        let want = philox4x32_10(
+                            block_counter(&coord, group * 16 + block as u64),
+                            seed_key(coord.seed),
+                        );
+                        for (w, want) in want.into_iter().enumerate() {
+                            assert_eq!(
+                                got[(4 * b + w) * V::LANES + l],
+                                want,
+                                "{name} {layout}: {coord:?} group {group} block {block} word {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn philox_layouts_match_the_reference_on_every_backend() {
+        unsafe { check_layouts::<crate::arch::portable::Portable>("portable") };
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2() {
+                unsafe { check_layouts::<crate::arch::x86_64::avx2::Avx2>("avx2") }
+            }
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
+            unsafe fn avx512() {
+                unsafe { check_layouts::<crate::arch::x86_64::avx512::Avx512>("avx512") }
+            }
+            use crate::dispatch::Backend;
+            if Backend::Avx2.is_available() {
+                unsafe { avx2() }
+            } else {
+                println!("skipping avx2: this CPU lacks it");
+            }
+            if Backend::Avx512.is_available() {
+                unsafe { avx512() }
+            } else {
+                println!("skipping avx512: this CPU lacks it");
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        unsafe {
+            check_layouts::<crate::arch::aarch64::neon::Neon>("neon")
+        };
     }
 }

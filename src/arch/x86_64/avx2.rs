@@ -143,6 +143,23 @@ impl Simd for Avx2 {
             (hi, lo)
         }
     }
+    const PHILOX_EVEN_LANES: bool = true;
+    #[inline(always)]
+    unsafe fn mul_hi_lo_even(a: __m256i, b: __m256i) -> (__m256i, __m256i) {
+        unsafe {
+            let p = _mm256_mul_epu32(a, b);
+            (_mm256_srli_epi64::<32>(p), p)
+        }
+    }
+    #[inline(always)]
+    unsafe fn pack_even(a: __m256i, b: __m256i) -> __m256i {
+        unsafe {
+            // Per 128-bit half: a0 a2 b0 b2 | a4 a6 b4 b6; then the 64-bit pairs into order.
+            let s =
+                _mm256_shuffle_ps::<0b10_00_10_00>(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b));
+            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_castps_si256(s))
+        }
+    }
     #[inline(always)]
     unsafe fn to_bits(a: __m256) -> __m256i {
         unsafe { _mm256_castps_si256(a) }

@@ -144,6 +144,21 @@ impl Simd for Avx512 {
             (hi, lo)
         }
     }
+    const PHILOX_EVEN_LANES: bool = true;
+    #[inline(always)]
+    unsafe fn mul_hi_lo_even(a: __m512i, b: __m512i) -> (__m512i, __m512i) {
+        unsafe {
+            let p = _mm512_mul_epu32(a, b);
+            (_mm512_srli_epi64::<32>(p), p)
+        }
+    }
+    #[inline(always)]
+    unsafe fn pack_even(a: __m512i, b: __m512i) -> __m512i {
+        unsafe {
+            let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            _mm512_permutex2var_epi32(a, even, b)
+        }
+    }
     #[inline(always)]
     unsafe fn to_bits(a: __m512) -> __m512i {
         unsafe { _mm512_castps_si512(a) }
