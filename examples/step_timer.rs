@@ -2,7 +2,7 @@
 //! the median over 5 batches of repeated steps, in ns per parameter. Storage as the peer rows:
 //! split weights + bf16 grads + f32 state (IPEX), or all f32 (`adamw_f32`, PyTorch's fused AdamW).
 //!
-//! `cargo run --release --example step_timer -- <sgd|adagrad|adam|lamb|adamw_f32> <elements> <threads>`
+//! `cargo run --release --example step_timer -- <sgd|adagrad|adam|lamb|adamw_f32> <elements> <threads> [grain]`
 
 use halfstep::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Engine, Grads, LambConfig, LambTensor,
@@ -13,7 +13,7 @@ use std::time::Instant;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: step_timer <sgd|adagrad|adam|lamb|adamw_f32> <elements> <threads>";
+    let usage = "usage: step_timer <sgd|adagrad|adam|lamb|adamw_f32> <elements> <threads> [grain]";
     let kernel = args.get(1).expect(usage).as_str();
     let n: usize = args.get(2).expect(usage).parse().expect(usage);
     let threads: usize = args.get(3).expect(usage).parse().expect(usage);
@@ -26,6 +26,11 @@ fn main() {
                 .build()
                 .unwrap(),
         ))
+    };
+    // An optional fourth argument: the grain (elements) instead of the default.
+    let th = match args.get(4) {
+        Some(g) => th.with_grain(g.parse().expect(usage)),
+        None => th,
     };
     let e = Engine::global().unwrap();
     let w: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.618).sin() * 0.02).collect();

@@ -202,10 +202,21 @@ pub(crate) fn for_group<C: Step, S: Side, L: Leaf<C, S>>(
     leaf: &L,
 ) {
     let total: usize = ts.iter().map(C::tensor_len).sum();
-    threads.run(total, |piece| match piece {
+    threads.run(total, |piece| for_pieces::<C, S, L>(piece, ts, side, leaf));
+}
+
+/// [`for_group`] inside a [`Threads::run`] the caller already holds (`piece` as it hands out), so
+/// that several passes over one group enter the pool once.
+pub(crate) fn for_pieces<C: Step, S: Side, L: Leaf<C, S>>(
+    piece: Option<usize>,
+    ts: &mut [C::Tensor<'_>],
+    side: S,
+    leaf: &L,
+) {
+    match piece {
         Some(piece) => list::<C, S, L>(ts, side, leaf, true, piece),
         None => list::<C, S, L>(ts, side, leaf, false, usize::MAX),
-    });
+    }
 }
 
 fn tensor_blocks<C: Step>(t: &C::Tensor<'_>) -> usize {
