@@ -123,8 +123,11 @@ struct StreamRoof {
     n: usize,
 }
 
-/// Elements per chunk of the roof loop (pieces are cut at multiples of it).
-const ROOF_CHUNK: usize = 4096;
+/// Elements per chunk of the roof loop (pieces are cut at multiples of it). Every stream advances
+/// by one chunk before the next: 256 elements are 8–16 cache lines per stream, so all streams are in
+/// flight together, as in a kernel. With 4096 (16 KiB of f32 per stream) the loop ran 6–17% slower
+/// on one thread here (fewer streams prefetched at once), below the kernels it is meant to bound.
+const ROOF_CHUNK: usize = 256;
 
 /// The words holding elements `lo..hi` of a buffer of `b` bytes per element.
 fn word_range(b: usize, lo: usize, hi: usize) -> std::ops::Range<usize> {
