@@ -24,7 +24,7 @@ pub enum Backend {
     Reference,
     /// 8 lanes in plain arrays, for any target.
     Portable,
-    /// AVX2 + FMA (x86_64).
+    /// AVX2 + FMA + F16C (x86_64).
     Avx2,
     /// AVX-512 F/BW/VL/DQ (x86_64).
     Avx512,
@@ -69,7 +69,9 @@ impl Backend {
             Backend::Reference | Backend::Portable => true,
             #[cfg(target_arch = "x86_64")]
             Backend::Avx2 => {
-                std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+                std::is_x86_feature_detected!("avx2")
+                    && std::is_x86_feature_detected!("fma")
+                    && std::is_x86_feature_detected!("f16c")
             }
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512 => {
@@ -424,7 +426,7 @@ macro_rules! simd_backend {
 
 simd_backend!(portable, crate::arch::portable::Portable);
 #[cfg(target_arch = "x86_64")]
-simd_backend!(avx2, crate::arch::x86_64::avx2::Avx2, "avx2,fma");
+simd_backend!(avx2, crate::arch::x86_64::avx2::Avx2, "avx2,fma,f16c");
 #[cfg(target_arch = "x86_64")]
 simd_backend!(
     avx512,

@@ -340,6 +340,48 @@ fn every_f32_bf16_and_f16_pattern_class_agrees_on_dense_sweeps() {
     }
 }
 
+/// Every one of the 2^32 f32 patterns, for the roundings that use no random bits (where the x86
+/// backends use the hardware converter, F16C's `vcvtps2ph`, for f16). About a minute in release;
+/// `cargo test --release --test agreement -- --ignored`.
+#[test]
+#[ignore = "exhaustive over 2^32 patterns: about a minute in release, far longer in debug"]
+fn every_f32_pattern_narrows_to_f16_and_bf16_as_the_reference_without_random_bits() {
+    let ctx = StepContext::new(1, 1);
+    let stream = TensorStream::new(0);
+    let chunk = 1usize << 22;
+    let engines = backends();
+    let r = reference();
+    let mut src = vec![0f32; chunk];
+    let (mut want, mut got) = (vec![f16::ZERO; chunk], vec![f16::ZERO; chunk]);
+    let (mut want_b, mut got_b) = (vec![bf16::ZERO; chunk], vec![bf16::ZERO; chunk]);
+    for rounding in [Rounding::NearestEven, Rounding::TowardZero] {
+        for start in (0..1u64 << 32).step_by(chunk) {
+            for (i, x) in src.iter_mut().enumerate() {
+                *x = f32::from_bits((start + i as u64) as u32);
+            }
+            r.f32_to_f16(&src, &mut want, rounding, &ctx, &stream)
+                .unwrap();
+            r.f32_to_bf16(&src, &mut want_b, rounding, &ctx, &stream)
+                .unwrap();
+            for e in &engines {
+                e.f32_to_f16(&src, &mut got, rounding, &ctx, &stream)
+                    .unwrap();
+                e.f32_to_bf16(&src, &mut got_b, rounding, &ctx, &stream)
+                    .unwrap();
+                for i in 0..chunk {
+                    assert_eq!(
+                        (got[i].to_bits(), got_b[i].to_bits()),
+                        (want[i].to_bits(), want_b[i].to_bits()),
+                        "{:?} {rounding:?} (f16, bf16) of {:#010x}",
+                        e.backend(),
+                        src[i].to_bits()
+                    );
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Optimizers, through the same comparison the fuzzers use (`halfstep::fuzzing::compare_step`):
 // every buffer's bits, guard elements after each slice and the gradients included.

@@ -107,6 +107,16 @@ pub(crate) trait Simd: Copy + 'static {
     /// u32 -> f32 for lanes below 2^24 (exact).
     unsafe fn u32_to_f32(a: Self::U) -> Self::F;
 
+    // ---- f16 in hardware
+    /// f32 → f16 bits (low half of each lane) by an exact hardware converter, nearest-even or
+    /// `toward_zero`, NaNs quieted with their sign and top payload bits kept: SPEC.md §4.3's f16
+    /// rule for those two roundings, bit for bit, whatever MXCSR/FPCR says. `None` where the ISA
+    /// has no such converter; the kernels then run the integer rule.
+    #[inline(always)]
+    unsafe fn f32_to_f16_hw(_x: Self::F, _toward_zero: bool) -> Option<Self::U> {
+        None
+    }
+
     // ---- 16-bit memory
     /// Loads `LANES` u16, zero-extended.
     unsafe fn load_u16(p: *const u16) -> Self::U;

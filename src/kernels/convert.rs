@@ -98,6 +98,32 @@ pub(crate) unsafe fn narrow<V: Simd>(
     base: u64,
 ) {
     unsafe {
+        // One loop per rounding (the entry points pass `fmt` as a constant): with the rounding
+        // constant in the loop, its per-chunk `match`es fold away.
+        match rounding {
+            Rounding::NearestEven => {
+                narrow_run::<V>(fmt, Rounding::NearestEven, src, dst, coord, base)
+            }
+            Rounding::Stochastic => {
+                narrow_run::<V>(fmt, Rounding::Stochastic, src, dst, coord, base)
+            }
+            Rounding::TowardZero => {
+                narrow_run::<V>(fmt, Rounding::TowardZero, src, dst, coord, base)
+            }
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn narrow_run<V: Simd>(
+    fmt: Narrow,
+    rounding: Rounding,
+    src: &[f32],
+    dst: &mut [u16],
+    coord: &BitsCoord,
+    base: u64,
+) {
+    unsafe {
         let mut k = NarrowK::<V> {
             fmt,
             rounding,

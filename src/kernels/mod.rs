@@ -346,7 +346,7 @@ mod tests {
         unsafe { check_layouts::<crate::arch::portable::Portable>("portable") };
         #[cfg(target_arch = "x86_64")]
         {
-            #[target_feature(enable = "avx2,fma")]
+            #[target_feature(enable = "avx2,fma,f16c")]
             unsafe fn avx2() {
                 unsafe { check_layouts::<crate::arch::x86_64::avx2::Avx2>("avx2") }
             }

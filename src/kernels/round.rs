@@ -98,6 +98,11 @@ pub(crate) unsafe fn round_magnitude<V: Simd, const MAN: i32>(
 #[inline(always)]
 pub(crate) unsafe fn to_f16<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V::U {
     unsafe {
+        if rounding != Rounding::Stochastic
+            && let Some(h) = V::f32_to_f16_hw(V::from_bits(b), rounding == Rounding::TowardZero)
+        {
+            return h;
+        }
         let s = V::splat_u;
         let sign = V::and_u(V::shr::<16>(b), s(0x8000));
         let a = V::and_u(b, s(0x7FFF_FFFF));

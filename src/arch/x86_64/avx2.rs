@@ -1,4 +1,4 @@
-//! AVX2 + FMA: 8 lanes in `__m256` / `__m256i`; masks are all-ones lanes.
+//! AVX2 + FMA + F16C: 8 lanes in `__m256` / `__m256i`; masks are all-ones lanes.
 
 use crate::arch::Simd;
 use core::arch::x86_64::*;
@@ -141,6 +141,19 @@ impl Simd for Avx2 {
             let hi = _mm256_blend_epi32::<0xAA>(_mm256_srli_epi64::<32>(even), odd);
             let lo = _mm256_blend_epi32::<0xAA>(even, _mm256_slli_epi64::<32>(odd));
             (hi, lo)
+        }
+    }
+    #[inline(always)]
+    unsafe fn f32_to_f16_hw(x: __m256, toward_zero: bool) -> Option<__m256i> {
+        unsafe {
+            // F16C. The immediate picks the rounding (MXCSR.RC is not read); f32 subnormals round
+            // to ±0 in f16 either way, so MXCSR.DAZ cannot change a result.
+            let h = if toward_zero {
+                _mm256_cvtps_ph::<_MM_FROUND_TO_ZERO>(x)
+            } else {
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)
+            };
+            Some(_mm256_cvtepu16_epi32(h))
         }
     }
     const PHILOX_EVEN_LANES: bool = true;

@@ -144,6 +144,19 @@ impl Simd for Avx512 {
             (hi, lo)
         }
     }
+    #[inline(always)]
+    unsafe fn f32_to_f16_hw(x: __m512, toward_zero: bool) -> Option<__m512i> {
+        unsafe {
+            // The immediate picks the rounding (MXCSR.RC is not read); f32 subnormals round to ±0
+            // in f16 either way, so MXCSR.DAZ cannot change a result.
+            let h = if toward_zero {
+                _mm512_cvtps_ph::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x)
+            } else {
+                _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x)
+            };
+            Some(_mm512_cvtepu16_epi32(h))
+        }
+    }
     const PHILOX_EVEN_LANES: bool = true;
     #[inline(always)]
     unsafe fn mul_hi_lo_even(a: __m512i, b: __m512i) -> (__m512i, __m512i) {
