@@ -40,6 +40,8 @@ def results():
         if "benchmark.json" not in files or not dirpath.endswith("new"):
             continue
         bench = json.load(open(os.path.join(dirpath, "benchmark.json")))
+        if "Elements" not in (bench.get("throughput") or {}):
+            continue  # benches/kernels.rs results (bytes throughput) share the folder
         est = json.load(open(os.path.join(dirpath, "estimates.json")))
         yield (bench["group_id"], bench["function_id"], bench["value_str"],
                est["median"]["point_estimate"] / bench["throughput"]["Elements"])
