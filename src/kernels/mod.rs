@@ -140,22 +140,16 @@ impl<V: Simd> GroupBits<V> {
             let (m0, m1) = (V::splat_u(M0), V::splat_u(M1));
             for b in 0..16 / V::LANES {
                 let lo = ((group * 16) as u32).wrapping_add((b * V::LANES) as u32);
-                let mut c = [V::add_u(V::splat_u(lo), V::iota()), c1, c2, c3];
+                let mut c = [[V::add_u(V::splat_u(lo), V::iota()), c1, c2, c3]];
                 let mut k = self.key;
                 for r in 0..10 {
                     if r > 0 {
                         k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
                     }
-                    let (hi0, lo0) = V::mul_hi_lo(c[0], m0);
-                    let (hi1, lo1) = V::mul_hi_lo(c[2], m1);
-                    c = [
-                        V::xor_u(V::xor_u(hi1, c[1]), V::splat_u(k[0])),
-                        lo1,
-                        V::xor_u(V::xor_u(hi0, c[3]), V::splat_u(k[1])),
-                        lo0,
-                    ];
+                    let key = [V::splat_u(k[0]), V::splat_u(k[1])];
+                    philox_round::<V, false, 1>(&mut c, key, [m0, m1]);
                 }
-                self.words[4 * b..4 * b + 4].copy_from_slice(&c);
+                self.words[4 * b..4 * b + 4].copy_from_slice(&c[0]);
             }
         }
     }
@@ -173,34 +167,21 @@ impl<V: Simd> GroupBits<V> {
             let pairs = V::shr::<1>(V::iota());
             for b in 0..16 / V::LANES {
                 let lo = ((group * 16) as u32).wrapping_add((b * V::LANES) as u32);
-                let mut x = [V::add_u(V::splat_u(lo), pairs), c1, c2, c3];
-                let mut y = x;
-                y[0] = V::add_u(V::splat_u(lo + (V::LANES / 2) as u32), pairs);
+                let x = [V::add_u(V::splat_u(lo), pairs), c1, c2, c3];
+                let y0 = V::add_u(V::splat_u(lo + (V::LANES / 2) as u32), pairs);
+                let mut xy = [x, [y0, c1, c2, c3]];
                 let mut k = self.key;
                 for r in 0..10 {
                     if r > 0 {
                         k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
                     }
-                    let (k0, k1) = (V::splat_u(k[0]), V::splat_u(k[1]));
-                    let (xh0, xl0) = V::mul_hi_lo_even(x[0], m0);
-                    let (xh1, xl1) = V::mul_hi_lo_even(x[2], m1);
-                    let (yh0, yl0) = V::mul_hi_lo_even(y[0], m0);
-                    let (yh1, yl1) = V::mul_hi_lo_even(y[2], m1);
-                    x = [
-                        V::xor_u(V::xor_u(xh1, x[1]), k0),
-                        xl1,
-                        V::xor_u(V::xor_u(xh0, x[3]), k1),
-                        xl0,
-                    ];
-                    y = [
-                        V::xor_u(V::xor_u(yh1, y[1]), k0),
-                        yl1,
-                        V::xor_u(V::xor_u(yh0, y[3]), k1),
-                        yl0,
-                    ];
+                    let key = [V::splat_u(k[0]), V::splat_u(k[1])];
+                    philox_round::<V, true, 2>(&mut xy, key, [m0, m1]);
                 }
-                for w in 0..4 {
-                    self.words[4 * b + w] = V::pack_even(x[w], y[w]);
+                let [x, y] = xy;
+                let words = &mut self.words[4 * b..4 * b + 4];
+                for (out, (x, y)) in words.iter_mut().zip(x.into_iter().zip(y)) {
+                    *out = V::pack_even(x, y);
                 }
             }
         }
@@ -236,6 +217,39 @@ impl<V: Simd> GroupBits<V> {
             } else {
                 V::and_u(w, V::splat_u(0xFFFF))
             }
+        }
+    }
+}
+
+/// One Philox4x32 round (SPEC.md §3.1) on `N` vectors of blocks: one block per lane, or with
+/// `EVEN` one per even lane (`Simd::mul_hi_lo_even`; the odd lanes carry garbage that never
+/// reaches an even lane). All the vectors' products come first, then the XORs, so independent
+/// multiplies stay next to each other (with one vector after another, AVX2 Philox ran 4% slower).
+#[inline(always)]
+unsafe fn philox_round<V: Simd, const EVEN: bool, const N: usize>(
+    c: &mut [[V::U; 4]; N],
+    key: [V::U; 2],
+    m: [V::U; 2],
+) {
+    unsafe {
+        // (hi0, lo0, hi1, lo1) per vector (`c` copied only to give it a value). No closure for
+        // the multiply: it would lose the entry point's target features.
+        let mut p = *c;
+        for (p, c) in p.iter_mut().zip(c.iter()) {
+            let ((hi0, lo0), (hi1, lo1)) = if EVEN {
+                (V::mul_hi_lo_even(c[0], m[0]), V::mul_hi_lo_even(c[2], m[1]))
+            } else {
+                (V::mul_hi_lo(c[0], m[0]), V::mul_hi_lo(c[2], m[1]))
+            };
+            *p = [hi0, lo0, hi1, lo1];
+        }
+        for (c, p) in c.iter_mut().zip(p.iter()) {
+            *c = [
+                V::xor_u(V::xor_u(p[2], c[1]), key[0]),
+                p[3],
+                V::xor_u(V::xor_u(p[0], c[3]), key[1]),
+                p[1],
+            ];
         }
     }
 }

@@ -911,6 +911,21 @@ struct LambPass1<V: Simd, const KEEP: bool> {
     norms: BlockNorms<V>,
 }
 
+impl<V: Simd, const KEEP: bool> LambPass1<V, KEEP> {
+    #[inline(always)]
+    unsafe fn new(c: &LambConsts, norms: BlockNorms<V>) -> Self {
+        unsafe {
+            LambPass1 {
+                k: LambV::new(c),
+                omb1: V::splat(c.one_minus_beta1),
+                beta2: V::splat(c.beta2),
+                omb2: V::splat(c.one_minus_beta2),
+                norms,
+            }
+        }
+    }
+}
+
 impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
     const WRITE_W: bool = false;
     const WRITE_S: [bool; 3] = [true, true, KEEP];
@@ -989,12 +1004,6 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
         let n = t.weights.len();
         let base = t.stream.index_base;
         debug_assert_eq!(out.len(), crate::parallel::blocks(base, n));
-        let k = LambV::new(c);
-        let (omb1, beta2, omb2) = (
-            V::splat(c.one_minus_beta1),
-            V::splat(c.beta2),
-            V::splat(c.one_minus_beta2),
-        );
         let norms = BlockNorms::new(base, out.as_mut_ptr());
         let mut d = DynBufs {
             w: Buf::weights(&mut t.weights),
@@ -1010,24 +1019,12 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
             Some(kept) => {
                 debug_assert_eq!(kept.len(), n);
                 d.s[2] = Some(Buf::F32(kept.as_mut_ptr()));
-                let mut p1 = LambPass1::<V, true> {
-                    k,
-                    omb1,
-                    beta2,
-                    omb2,
-                    norms,
-                };
+                let mut p1 = LambPass1::<V, true>::new(c, norms);
                 drive_layouts!(V, n, base, ctx, st, d, &mut p1, [Has, Has, Has, Scratch]);
                 p1.norms.close();
             }
             None => {
-                let mut p1 = LambPass1::<V, false> {
-                    k,
-                    omb1,
-                    beta2,
-                    omb2,
-                    norms,
-                };
+                let mut p1 = LambPass1::<V, false>::new(c, norms);
                 drive_layouts!(V, n, base, ctx, st, d, &mut p1, [Has, Has, Has, Lacks]);
                 p1.norms.close();
             }
