@@ -424,6 +424,10 @@ pub struct TensorData {
 /// Elements after each slice that no kernel may touch.
 pub const GUARD: usize = 8;
 
+/// The shortest tensor (or piece of one) whose optimizer step prefetches ahead; tests step longer
+/// tensors to cover that path too.
+pub const PREFETCH_MIN: usize = crate::kernels::optim::PREFETCH_MIN;
+
 /// The storage kinds of one step: weights 0 = f32, 1 = split, 2/3/4 = bf16 nearest/stochastic/
 /// toward zero; gradients 0 = f32, 1 = bf16; states 0 = f32, 1/2 = bf16 nearest/stochastic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

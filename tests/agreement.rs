@@ -5,7 +5,7 @@
 
 mod common;
 use common::rng;
-use halfstep::fuzzing::{Case, Kinds, OptimizerStep, TensorData, compare_step};
+use halfstep::fuzzing::{Case, Kinds, OptimizerStep, PREFETCH_MIN, TensorData, compare_step};
 use halfstep::rng::Purpose;
 use halfstep::{
     AdagradConfig, AdamConfig, Backend, Engine, LambConfig, Replica, Rounding, SgdConfig,
@@ -603,6 +603,40 @@ fn lamb_norms_agree_across_many_reduction_blocks() {
         for combo in [0, 3, 17, 44, 101, 269] {
             agree(OptimizerStep::Lamb(LambConfig::default()), &c, combo);
         }
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "long tensors: too slow under Miri")]
+fn optimizers_agree_on_tensors_long_enough_to_prefetch() {
+    // From PREFETCH_MIN elements on, full chunks prefetch ahead, past the slice's end near it:
+    // the bits must not change, nor any guard element. The compiled layouts (IPEX's, all f32,
+    // all bf16 with SR) and one run-time mix, from an unaligned start and index base.
+    let c = Case {
+        len: PREFETCH_MIN + 4133,
+        off: 5,
+        ctx: StepContext::new(11, 3),
+        stream: TensorStream {
+            id: 4,
+            index_base: 1003,
+        },
+    };
+    let sgd = SgdConfig {
+        lr: 0.05,
+        momentum: 0.9,
+        weight_decay: 0.01,
+        ..Default::default()
+    };
+    let adam = AdamConfig {
+        amsgrad: true,
+        ..AdamConfig::adamw(1e-2)
+    };
+    // Kinds::nth: 6 = split/bf16/f32 states, 0 = all f32, 268 = bf16 SR everywhere, 194 = mixed.
+    for combo in [6, 0, 268, 194] {
+        agree(OptimizerStep::Sgd(sgd, true), &c, combo);
+        agree(OptimizerStep::Adam(adam, true), &c, combo);
+        agree(OptimizerStep::Adagrad(AdagradConfig::default()), &c, combo);
+        agree(OptimizerStep::Lamb(LambConfig::default()), &c, combo);
     }
 }
 

@@ -117,6 +117,14 @@ pub(crate) trait Simd: Copy + 'static {
         None
     }
 
+    // ---- cache hints
+    /// Whether [`Simd::prefetch`] does anything (the kernels skip their prefetching loop if not).
+    const HAS_PREFETCH: bool = false;
+    /// Asks for the cache line holding `p` to be brought into L1 ahead of its use. A hint: `p` is
+    /// never dereferenced and need not point into any allocation. A no-op where the ISA has none.
+    #[inline(always)]
+    unsafe fn prefetch(_p: *const u8) {}
+
     // ---- 16-bit memory
     /// Loads `LANES` u16, zero-extended.
     unsafe fn load_u16(p: *const u16) -> Self::U;

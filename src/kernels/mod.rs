@@ -39,6 +39,14 @@ pub(crate) struct Chunk {
 pub(crate) trait ChunkBody<V: Simd> {
     unsafe fn full(&mut self, off: isize, e: u64);
     unsafe fn partial(&mut self, c: &Chunk);
+    /// Whether [`ChunkBody::prefetch`] runs before each full chunk (asked once per call).
+    #[inline(always)]
+    fn prefetching(&self) -> bool {
+        false
+    }
+    /// Prefetches ahead of the full chunk at local offset `off`.
+    #[inline(always)]
+    unsafe fn prefetch(&mut self, _off: isize) {}
 }
 
 /// Runs `body` over the `LANES`-aligned chunks covering global indices `base .. base + n`, in
@@ -73,10 +81,22 @@ pub(crate) unsafe fn run_chunks<V: Simd, B: ChunkBody<V>>(base: u64, n: usize, b
         }
         let mut off = (first_full - base) as isize;
         let mut e = first_full;
-        while e < last_full_end {
-            body.full(off, e);
-            off += V::LANES as isize;
-            e += l;
+        // Two copies of the loop: a test per chunk cost two instructions per chunk where
+        // prefetching is off (LLVM did not unswitch it), and only this loop, not the whole
+        // kernel, is worth duplicating.
+        if body.prefetching() {
+            while e < last_full_end {
+                body.prefetch(off);
+                body.full(off, e);
+                off += V::LANES as isize;
+                e += l;
+            }
+        } else {
+            while e < last_full_end {
+                body.full(off, e);
+                off += V::LANES as isize;
+                e += l;
+            }
         }
         if last_full_end < end {
             body.partial(&chunk(last_full_end));

@@ -144,6 +144,11 @@ impl Simd for Avx512 {
             (hi, lo)
         }
     }
+    const HAS_PREFETCH: bool = true;
+    #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
+    }
     #[inline(always)]
     unsafe fn f32_to_f16_hw(x: __m512, toward_zero: bool) -> Option<__m512i> {
         unsafe {
