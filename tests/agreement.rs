@@ -557,16 +557,6 @@ fn lamb_agrees() {
 fn every_storage_combination_agrees_at_awkward_lengths() {
     // The cycling above covers each combination a few times; here each meets every optimizer at
     // lengths around the vector and RNG-group sizes, with an unaligned index base.
-    let sgd = SgdConfig {
-        lr: 0.05,
-        momentum: 0.9,
-        weight_decay: 0.01,
-        ..Default::default()
-    };
-    let adam = AdamConfig {
-        amsgrad: true,
-        ..AdamConfig::adamw(1e-2)
-    };
     for combo in 0..Kinds::COUNT {
         for len in [1usize, 15, 17, 127, 129, 300] {
             let c = Case {
@@ -578,12 +568,27 @@ fn every_storage_combination_agrees_at_awkward_lengths() {
                     index_base: 121,
                 },
             };
-            agree(OptimizerStep::Sgd(sgd, true), &c, combo);
-            agree(OptimizerStep::Adam(adam, true), &c, combo);
-            agree(OptimizerStep::Adagrad(AdagradConfig::default()), &c, combo);
-            agree(OptimizerStep::Lamb(LambConfig::default()), &c, combo);
+            agree_every_optimizer(&c, combo);
         }
     }
+}
+
+/// Every optimizer, with momentum, weight decay and AMSGrad on, on case `c` in combination `combo`.
+fn agree_every_optimizer(c: &Case, combo: usize) {
+    let sgd = SgdConfig {
+        lr: 0.05,
+        momentum: 0.9,
+        weight_decay: 0.01,
+        ..Default::default()
+    };
+    let adam = AdamConfig {
+        amsgrad: true,
+        ..AdamConfig::adamw(1e-2)
+    };
+    agree(OptimizerStep::Sgd(sgd, true), c, combo);
+    agree(OptimizerStep::Adam(adam, true), c, combo);
+    agree(OptimizerStep::Adagrad(AdagradConfig::default()), c, combo);
+    agree(OptimizerStep::Lamb(LambConfig::default()), c, combo);
 }
 
 #[test]
@@ -621,22 +626,9 @@ fn optimizers_agree_on_tensors_long_enough_to_prefetch() {
             index_base: 1003,
         },
     };
-    let sgd = SgdConfig {
-        lr: 0.05,
-        momentum: 0.9,
-        weight_decay: 0.01,
-        ..Default::default()
-    };
-    let adam = AdamConfig {
-        amsgrad: true,
-        ..AdamConfig::adamw(1e-2)
-    };
     // Kinds::nth: 6 = split/bf16/f32 states, 0 = all f32, 268 = bf16 SR everywhere, 194 = mixed.
     for combo in [6, 0, 268, 194] {
-        agree(OptimizerStep::Sgd(sgd, true), &c, combo);
-        agree(OptimizerStep::Adam(adam, true), &c, combo);
-        agree(OptimizerStep::Adagrad(AdagradConfig::default()), &c, combo);
-        agree(OptimizerStep::Lamb(LambConfig::default()), &c, combo);
+        agree_every_optimizer(&c, combo);
     }
 }
 
