@@ -629,7 +629,6 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     }
 }
 
-/// Runs `op` over the tensor of `n` elements starting at global index `base`.
 /// How far ahead of a full chunk (bytes, in every buffer it touches) the driver prefetches: one
 /// 4 KiB page. The hardware prefetchers keep up with one or two streams; an optimizer step runs
 /// four to seven (split weights are two), and at 64M elements on one thread the kernels sat 5–20%
@@ -651,6 +650,7 @@ unsafe fn prefetch_ahead<V: Simd, T>(p: *mut T, off: isize) {
 /// parallel driver cuts large tensors into pieces of `elements / (4 × threads)`.
 pub(crate) const PREFETCH_MIN: usize = 128 * 1024;
 
+/// Runs `op` over the tensor of `n` elements starting at global index `base`.
 #[inline(always)]
 unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
     n: usize,
