@@ -112,6 +112,11 @@ struct Bf16Buf(*mut u16, Rounding);
 #[derive(Clone, Copy)]
 struct Absent;
 
+/// The library's own f32 scratch (LAMB's kept directions): stored as computed, NaN payload and
+/// all, since it is only read back by pass 2, which must see what it would have recomputed.
+#[derive(Clone, Copy)]
+struct ScratchBuf(*mut f32);
+
 impl<V: Simd> Access<V> for F32Buf {
     const WIDE: bool = true;
 
@@ -253,6 +258,55 @@ impl<V: Simd> Access<V> for Bf16Buf {
     #[inline(always)]
     unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
         unsafe { stage_out(st.h.as_ptr(), self.0, c) }
+    }
+}
+
+impl<V: Simd> Access<V> for ScratchBuf {
+    const WIDE: bool = true;
+
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        match b {
+            Some(Buf::F32(p)) => Some(ScratchBuf(p)),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, off: isize) -> V::F {
+        unsafe { V::load(self.0.offset(off)) }
+    }
+
+    #[inline(always)]
+    unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
+        unsafe { V::to_bits(v) }
+    }
+
+    #[inline(always)]
+    unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
+        v
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, off: isize, v: V::F, _rng: &mut GroupBits<V>, _e: u64) {
+        unsafe { V::store(self.0.offset(off), v) }
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch(&self, off: isize, ahead: usize) {
+        unsafe { prefetch_ahead::<V, _>(self.0, off, ahead) }
+    }
+
+    #[inline(always)]
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
+        unsafe {
+            stage_in(self.0, st.f.as_mut_ptr(), c);
+            ScratchBuf(st.f.as_mut_ptr())
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
+        unsafe { stage_out(st.f.as_ptr(), self.0, c) }
     }
 }
 
@@ -412,17 +466,18 @@ impl<V: Simd, W: Access<V>, G: Access<V>, S0: Access<V>, S1: Access<V>, S2: Acce
 type Has<T> = T;
 /// A buffer the call does not have, whatever the layout's kind `T` for it.
 type Lacks<T> = <T as AbsentFor>::Absent;
-/// A workspace buffer of the library's own (LAMB's kept directions): f32 in every layout.
-type Scratch<T> = <T as AbsentFor>::F32;
+/// A workspace buffer of the library's own (LAMB's kept directions): [`ScratchBuf`] in every
+/// layout.
+type Scratch<T> = <T as AbsentFor>::Scratch;
 
 trait AbsentFor {
     type Absent;
-    type F32;
+    type Scratch;
 }
 
 impl<T> AbsentFor for T {
     type Absent = Absent;
-    type F32 = F32Buf;
+    type Scratch = ScratchBuf;
 }
 
 /// The buffers of one call as passed (kinds known at run time).
@@ -704,6 +759,8 @@ struct SgdOp<V: Simd> {
     momentum: V::F,
     omd: V::F,
     wd: V::F,
+    /// `weight_decay != 0`, decided once: a float compare per chunk costs a vector-port uop.
+    decay: bool,
 }
 
 impl<V: Simd> ElementOp<V> for SgdOp<V> {
@@ -715,7 +772,7 @@ impl<V: Simd> ElementOp<V> for SgdOp<V> {
         unsafe {
             let c = &self.c;
             let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };
-            if c.weight_decay != 0.0 {
+            if self.decay {
                 g = V::fma(self.wd, v.p, g);
             }
             if L::S0::PRESENT {
@@ -757,6 +814,7 @@ pub(crate) unsafe fn sgd<V: Simd>(c: &SgdConsts, ctx: &StepContext, t: &mut SgdT
             momentum: V::splat(c.momentum),
             omd: V::splat(c.one_minus_dampening),
             wd: V::splat(c.weight_decay),
+            decay: core::hint::black_box(c.weight_decay != 0.0),
         };
         let (base, st) = (t.stream.index_base, &t.stream);
         if s0.is_some() {
@@ -772,6 +830,8 @@ struct AdagradOp<V: Simd> {
     neg_clr: V::F,
     wd: V::F,
     eps: V::F,
+    /// `weight_decay != 0`, decided once: a float compare per chunk costs a vector-port uop.
+    decay: bool,
 }
 
 impl<V: Simd> ElementOp<V> for AdagradOp<V> {
@@ -782,7 +842,7 @@ impl<V: Simd> ElementOp<V> for AdagradOp<V> {
     unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
         unsafe {
             let mut g = if self.c.maximize { neg::<V>(v.g) } else { v.g };
-            if self.c.weight_decay != 0.0 {
+            if self.decay {
                 g = V::fma(self.wd, v.p, g);
             }
             let sum = V::fma(g, g, v.s[1]);
@@ -811,6 +871,7 @@ pub(crate) unsafe fn adagrad<V: Simd>(
             neg_clr: V::splat(-c.clr),
             wd: V::splat(c.weight_decay),
             eps: V::splat(c.eps),
+            decay: core::hint::black_box(c.weight_decay != 0.0),
         };
         let (base, st) = (t.stream.index_base, &t.stream);
         drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Lacks, Has, Lacks]);
@@ -922,11 +983,12 @@ pub(crate) unsafe fn adam<V: Simd>(c: &AdamConsts, ctx: &StepContext, t: &mut Ad
 /// LAMB's splatted constants.
 #[derive(Clone, Copy)]
 struct LambV<V: Simd> {
-    c: LambConsts,
     inv_bc1: V::F,
     inv_bc2: V::F,
     eps: V::F,
     wd: V::F,
+    /// `weight_decay != 0`, decided once: a float compare per chunk costs a vector-port uop.
+    decay: bool,
 }
 
 impl<V: Simd> LambV<V> {
@@ -938,11 +1000,7 @@ impl<V: Simd> LambV<V> {
                 V::mul(m, self.inv_bc1),
                 V::add(V::sqrt(V::mul(v, self.inv_bc2)), self.eps),
             );
-            if self.c.weight_decay != 0.0 {
-                V::fma(self.wd, p, u)
-            } else {
-                u
-            }
+            if self.decay { V::fma(self.wd, p, u) } else { u }
         }
     }
 }
@@ -1077,11 +1135,11 @@ impl<V: Simd> LambV<V> {
     unsafe fn new(c: &LambConsts) -> Self {
         unsafe {
             LambV::<V> {
-                c: *c,
                 inv_bc1: V::splat(c.inv_bc1),
                 inv_bc2: V::splat(c.inv_bc2),
                 eps: V::splat(c.eps),
                 wd: V::splat(c.weight_decay),
+                decay: core::hint::black_box(c.weight_decay != 0.0),
             }
         }
     }
