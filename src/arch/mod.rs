@@ -48,6 +48,13 @@ pub(crate) trait Simd: Copy + 'static {
     /// `a * b + c`, rounded once.
     unsafe fn fma(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
     unsafe fn is_nan(a: Self::F) -> Self::M;
+    /// Lanes where `a` or `b` is NaN (one unordered compare on x86).
+    #[inline(always)]
+    unsafe fn is_nan2(a: Self::F, b: Self::F) -> Self::M {
+        unsafe { Self::mask_or(Self::is_nan(a), Self::is_nan(b)) }
+    }
+    /// Whether any lane of `m` is set.
+    unsafe fn any(m: Self::M) -> bool;
     /// Ordered `a > b` (false if either is NaN).
     unsafe fn gt(a: Self::F, b: Self::F) -> Self::M;
     unsafe fn select(m: Self::M, a: Self::F, b: Self::F) -> Self::F;

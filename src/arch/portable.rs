@@ -82,6 +82,15 @@ impl Simd for Portable {
     unsafe fn mask_or(a: [bool; L], b: [bool; L]) -> [bool; L] {
         core::array::from_fn(|i| a[i] | b[i])
     }
+    #[inline(always)]
+    unsafe fn is_nan2(a: [f32; L], b: [f32; L]) -> [bool; L] {
+        core::array::from_fn(|i| a[i].is_nan() | b[i].is_nan())
+    }
+    #[inline(always)]
+    unsafe fn any(m: [bool; L]) -> bool {
+        // Without short-circuiting, so LLVM can OR the lanes in vector registers.
+        m.iter().fold(false, |acc, &x| acc | x)
+    }
 
     #[inline(always)]
     unsafe fn splat_u(x: u32) -> [u32; L] {

@@ -62,6 +62,10 @@ trait Access<V: Simd>: Copy {
     /// Whether the kind is f32 (or absent): decides the layout's prefetch distance.
     const WIDE: bool = false;
 
+    /// Whether stores must hold canonical NaNs (SPEC.md §5): every kind the caller passes. Not
+    /// the library's own scratch, nor an absent buffer.
+    const CANONICAL: bool = true;
+
     /// This kind's view of `b`, or `None` when `b` is of another kind (or absent / present
     /// where this one is not).
     fn from_buf(b: Option<Buf>) -> Option<Self>;
@@ -69,20 +73,24 @@ trait Access<V: Simd>: Copy {
     /// `LANES` elements from local index `off`, widened to f32 (exact).
     unsafe fn load(&self, off: isize) -> V::F;
 
-    /// The bits `v` is stored as (NaN canonicalised, then narrowed for bf16); `rng` supplies the
-    /// random bits of the chunk at global index `e`, drawn only for stochastic rounding. By
-    /// default the full f32 bits (f32 and split buffers).
+    /// The bits `v` is stored as (narrowed for bf16); `rng` supplies the random bits of the chunk
+    /// at global index `e`, drawn only for stochastic rounding. By default the full f32 bits (f32
+    /// and split buffers). NaNs are already canonical: [`process`] canonicalises before storing.
     #[inline(always)]
     unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
-        unsafe { V::to_bits(canonicalize::<V>(v)) }
+        unsafe { V::to_bits(v) }
     }
 
-    /// What reading the buffer back would give after storing `v`.
+    /// What reading the buffer back would give after storing `v`, but for a NaN's payload: a
+    /// NaN reads back canonical, and is returned as it came. Nothing downstream can tell (LAMB,
+    /// the one user, feeds it to arithmetic whose NaN results are canonicalised when stored, and
+    /// to norms whose NaN only fails comparisons).
     #[inline(always)]
     unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
-        unsafe { canonicalize::<V>(v) }
+        v
     }
 
+    /// Stores `v` (NaNs already canonical where [`Access::CANONICAL`]).
     unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64);
 
     /// Prefetches `ahead` bytes past local index `off` (which may lie past the buffer).
@@ -134,7 +142,7 @@ impl<V: Simd> Access<V> for F32Buf {
 
     #[inline(always)]
     unsafe fn store(&self, off: isize, v: V::F, _rng: &mut GroupBits<V>, _e: u64) {
-        unsafe { V::store(self.0.offset(off), canonicalize::<V>(v)) }
+        unsafe { V::store(self.0.offset(off), v) }
     }
 
     #[inline(always)]
@@ -225,7 +233,7 @@ impl<V: Simd> Access<V> for Bf16Buf {
     unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
         unsafe {
             let r = rng.for_rounding(self.1, e);
-            to_bf16::<V>(V::to_bits(canonicalize::<V>(v)), self.1, r)
+            to_bf16::<V>(V::to_bits(v), self.1, r)
         }
     }
 
@@ -263,6 +271,7 @@ impl<V: Simd> Access<V> for Bf16Buf {
 
 impl<V: Simd> Access<V> for ScratchBuf {
     const WIDE: bool = true;
+    const CANONICAL: bool = false;
 
     fn from_buf(b: Option<Buf>) -> Option<Self> {
         match b {
@@ -274,16 +283,6 @@ impl<V: Simd> Access<V> for ScratchBuf {
     #[inline(always)]
     unsafe fn load(&self, off: isize) -> V::F {
         unsafe { V::load(self.0.offset(off)) }
-    }
-
-    #[inline(always)]
-    unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
-        unsafe { V::to_bits(v) }
-    }
-
-    #[inline(always)]
-    unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
-        v
     }
 
     #[inline(always)]
@@ -313,6 +312,7 @@ impl<V: Simd> Access<V> for ScratchBuf {
 impl<V: Simd> Access<V> for Absent {
     const PRESENT: bool = false;
     const WIDE: bool = true;
+    const CANONICAL: bool = false;
 
     fn from_buf(b: Option<Buf>) -> Option<Self> {
         match b {
@@ -608,6 +608,29 @@ unsafe fn process<V: Simd, L: Layout<V>, O: ElementOp<V>>(
             ],
         };
         op.apply(&mut v, e, b);
+        // NaN canonicalisation (SPEC.md §5) for the whole chunk at once: an unordered compare
+        // per pair of stored vectors and one test, the blends only when some lane is NaN
+        // (AVX2 paid a compare and a 3-uop blend per stored vector).
+        let canon = [
+            O::WRITE_S[0] && L::S0::CANONICAL,
+            O::WRITE_S[1] && L::S1::CANONICAL,
+            O::WRITE_S[2] && L::S2::CANONICAL,
+            O::WRITE_W && L::W::CANONICAL,
+        ];
+        if any_nan::<V>(canon, [v.s[0], v.s[1], v.s[2], v.p]) {
+            if canon[0] {
+                v.s[0] = canonicalize::<V>(v.s[0]);
+            }
+            if canon[1] {
+                v.s[1] = canonicalize::<V>(v.s[1]);
+            }
+            if canon[2] {
+                v.s[2] = canonicalize::<V>(v.s[2]);
+            }
+            if canon[3] {
+                v.p = canonicalize::<V>(v.p);
+            }
+        }
         let [r0, r1, r2] = &mut b.rng_s;
         if O::WRITE_S[0] {
             c.s0.store(off, v.s[0], r0, e);
@@ -621,6 +644,56 @@ unsafe fn process<V: Simd, L: Layout<V>, O: ElementOp<V>>(
         if O::WRITE_W {
             c.w.store(off, v.p, &mut b.rng_w, e);
         }
+    }
+}
+
+/// Whether any lane of the vectors `xs[i]` with `on[i]` is NaN (`on` is known at compile time).
+/// Straight-line calls, no loop or closure: LLVM kept a loop over the four in memory, and a
+/// closure would be compiled without the entry point's target features.
+#[inline(always)]
+unsafe fn any_nan<V: Simd>(on: [bool; 4], xs: [V::F; 4]) -> bool {
+    unsafe {
+        let mut acc = NanAcc::<V> {
+            mask: None,
+            pending: None,
+        };
+        acc.push(on[0], xs[0]);
+        acc.push(on[1], xs[1]);
+        acc.push(on[2], xs[2]);
+        acc.push(on[3], xs[3]);
+        if let Some(y) = acc.pending {
+            acc.or(V::is_nan(y));
+        }
+        match acc.mask {
+            Some(m) => V::any(m),
+            None => false,
+        }
+    }
+}
+
+/// [`any_nan`]'s running mask, and a vector waiting for a partner (a compare takes two).
+struct NanAcc<V: Simd> {
+    mask: Option<V::M>,
+    pending: Option<V::F>,
+}
+
+impl<V: Simd> NanAcc<V> {
+    #[inline(always)]
+    unsafe fn push(&mut self, on: bool, x: V::F) {
+        if on {
+            match self.pending.take() {
+                Some(y) => unsafe { self.or(V::is_nan2(y, x)) },
+                None => self.pending = Some(x),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn or(&mut self, m: V::M) {
+        self.mask = Some(match self.mask {
+            Some(a) => unsafe { V::mask_or(a, m) },
+            None => m,
+        });
     }
 }
 

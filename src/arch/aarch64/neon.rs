@@ -70,6 +70,10 @@ impl Simd for Neon {
     unsafe fn mask_or(a: uint32x4_t, b: uint32x4_t) -> uint32x4_t {
         unsafe { vorrq_u32(a, b) }
     }
+    #[inline(always)]
+    unsafe fn any(m: uint32x4_t) -> bool {
+        unsafe { vmaxvq_u32(m) != 0 }
+    }
 
     #[inline(always)]
     unsafe fn splat_u(x: u32) -> uint32x4_t {

@@ -66,6 +66,14 @@ impl Simd for Avx2 {
     unsafe fn mask_or(a: __m256i, b: __m256i) -> __m256i {
         unsafe { _mm256_or_si256(a, b) }
     }
+    #[inline(always)]
+    unsafe fn is_nan2(a: __m256, b: __m256) -> __m256i {
+        unsafe { _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(a, b)) }
+    }
+    #[inline(always)]
+    unsafe fn any(m: __m256i) -> bool {
+        unsafe { _mm256_movemask_ps(_mm256_castsi256_ps(m)) != 0 }
+    }
 
     #[inline(always)]
     unsafe fn splat_u(x: u32) -> __m256i {

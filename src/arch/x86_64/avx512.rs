@@ -68,6 +68,14 @@ impl Simd for Avx512 {
     unsafe fn mask_or(a: __mmask16, b: __mmask16) -> __mmask16 {
         a | b
     }
+    #[inline(always)]
+    unsafe fn is_nan2(a: __m512, b: __m512) -> __mmask16 {
+        unsafe { _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn any(m: __mmask16) -> bool {
+        m != 0
+    }
 
     #[inline(always)]
     unsafe fn splat_u(x: u32) -> __m512i {
