@@ -104,9 +104,9 @@ trait Access<V: Simd>: Copy {
     unsafe fn unstage(&self, st: &Stage, c: &Chunk);
 }
 
-/// An f32 buffer.
+/// An f32 buffer; `CANONICAL` is [`Access::CANONICAL`] (false only for [`ScratchBuf`]).
 #[derive(Clone, Copy)]
-struct F32Buf(*mut f32);
+struct F32Buf<const CANONICAL: bool = true>(*mut f32);
 
 /// Split weights: the bf16 top half and the 16-bit trail (SPEC.md §4.4).
 #[derive(Clone, Copy)]
@@ -122,15 +122,15 @@ struct Absent;
 
 /// The library's own f32 scratch (LAMB's kept directions): stored as computed, NaN payload and
 /// all, since it is only read back by pass 2, which must see what it would have recomputed.
-#[derive(Clone, Copy)]
-struct ScratchBuf(*mut f32);
+type ScratchBuf = F32Buf<false>;
 
-impl<V: Simd> Access<V> for F32Buf {
+impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
     const WIDE: bool = true;
+    const CANONICAL: bool = CANONICAL;
 
     fn from_buf(b: Option<Buf>) -> Option<Self> {
         match b {
-            Some(Buf::F32(p)) => Some(F32Buf(p)),
+            Some(Buf::F32(p)) => Some(F32Buf::<CANONICAL>(p)),
             _ => None,
         }
     }
@@ -154,7 +154,7 @@ impl<V: Simd> Access<V> for F32Buf {
     unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
         unsafe {
             stage_in(self.0, st.f.as_mut_ptr(), c);
-            F32Buf(st.f.as_mut_ptr())
+            F32Buf::<CANONICAL>(st.f.as_mut_ptr())
         }
     }
 
@@ -269,46 +269,6 @@ impl<V: Simd> Access<V> for Bf16Buf {
     }
 }
 
-impl<V: Simd> Access<V> for ScratchBuf {
-    const WIDE: bool = true;
-    const CANONICAL: bool = false;
-
-    fn from_buf(b: Option<Buf>) -> Option<Self> {
-        match b {
-            Some(Buf::F32(p)) => Some(ScratchBuf(p)),
-            _ => None,
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn load(&self, off: isize) -> V::F {
-        unsafe { V::load(self.0.offset(off)) }
-    }
-
-    #[inline(always)]
-    unsafe fn store(&self, off: isize, v: V::F, _rng: &mut GroupBits<V>, _e: u64) {
-        unsafe { V::store(self.0.offset(off), v) }
-    }
-
-    #[inline(always)]
-    unsafe fn prefetch(&self, off: isize, ahead: usize) {
-        unsafe { prefetch_ahead::<V, _>(self.0, off, ahead) }
-    }
-
-    #[inline(always)]
-    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
-        unsafe {
-            stage_in(self.0, st.f.as_mut_ptr(), c);
-            ScratchBuf(st.f.as_mut_ptr())
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
-        unsafe { stage_out(st.f.as_ptr(), self.0, c) }
-    }
-}
-
 impl<V: Simd> Access<V> for Absent {
     const PRESENT: bool = false;
     const WIDE: bool = true;
@@ -348,7 +308,7 @@ impl<V: Simd> Access<V> for Buf {
     unsafe fn load(&self, off: isize) -> V::F {
         unsafe {
             match *self {
-                Buf::F32(p) => Access::<V>::load(&F32Buf(p), off),
+                Buf::F32(p) => Access::<V>::load(&F32Buf::<true>(p), off),
                 Buf::Split(t, l) => Access::<V>::load(&SplitBuf(t, l), off),
                 Buf::Bf16(p, r) => Access::<V>::load(&Bf16Buf(p, r), off),
             }
@@ -359,7 +319,7 @@ impl<V: Simd> Access<V> for Buf {
     unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
         unsafe {
             match *self {
-                Buf::F32(p) => F32Buf(p).encode(v, rng, e),
+                Buf::F32(p) => F32Buf::<true>(p).encode(v, rng, e),
                 Buf::Split(t, l) => SplitBuf(t, l).encode(v, rng, e),
                 Buf::Bf16(p, r) => Bf16Buf(p, r).encode(v, rng, e),
             }
@@ -370,7 +330,7 @@ impl<V: Simd> Access<V> for Buf {
     unsafe fn as_stored(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::F {
         unsafe {
             match *self {
-                Buf::F32(p) => F32Buf(p).as_stored(v, rng, e),
+                Buf::F32(p) => F32Buf::<true>(p).as_stored(v, rng, e),
                 Buf::Split(t, l) => SplitBuf(t, l).as_stored(v, rng, e),
                 Buf::Bf16(p, r) => Bf16Buf(p, r).as_stored(v, rng, e),
             }
@@ -381,7 +341,7 @@ impl<V: Simd> Access<V> for Buf {
     unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
         unsafe {
             match *self {
-                Buf::F32(p) => F32Buf(p).store(off, v, rng, e),
+                Buf::F32(p) => F32Buf::<true>(p).store(off, v, rng, e),
                 Buf::Split(t, l) => SplitBuf(t, l).store(off, v, rng, e),
                 Buf::Bf16(p, r) => Bf16Buf(p, r).store(off, v, rng, e),
             }
@@ -392,7 +352,7 @@ impl<V: Simd> Access<V> for Buf {
     unsafe fn prefetch(&self, off: isize, ahead: usize) {
         unsafe {
             match *self {
-                Buf::F32(p) => Access::<V>::prefetch(&F32Buf(p), off, ahead),
+                Buf::F32(p) => Access::<V>::prefetch(&F32Buf::<true>(p), off, ahead),
                 Buf::Split(t, l) => Access::<V>::prefetch(&SplitBuf(t, l), off, ahead),
                 Buf::Bf16(p, r) => Access::<V>::prefetch(&Bf16Buf(p, r), off, ahead),
             }
@@ -404,7 +364,7 @@ impl<V: Simd> Access<V> for Buf {
         unsafe {
             match *self {
                 Buf::F32(p) => {
-                    let F32Buf(q) = Access::<V>::stage(&F32Buf(p), st, c);
+                    let F32Buf(q) = Access::<V>::stage(&F32Buf::<true>(p), st, c);
                     Buf::F32(q)
                 }
                 Buf::Split(t, l) => {
@@ -423,7 +383,7 @@ impl<V: Simd> Access<V> for Buf {
     unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
         unsafe {
             match *self {
-                Buf::F32(p) => Access::<V>::unstage(&F32Buf(p), st, c),
+                Buf::F32(p) => Access::<V>::unstage(&F32Buf::<true>(p), st, c),
                 Buf::Split(t, l) => Access::<V>::unstage(&SplitBuf(t, l), st, c),
                 Buf::Bf16(p, r) => Access::<V>::unstage(&Bf16Buf(p, r), st, c),
             }
