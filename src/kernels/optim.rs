@@ -51,8 +51,8 @@ impl Buf {
 
 /// How one buffer of a chunk is read and written. Implemented by one type per storage kind, so
 /// that the hot storage combinations compile to a loop with no per-chunk `match` (see
-/// [`drive_layouts!`]), by [`Absent`] for a buffer the call does not have, and by [`Buf`], which
-/// picks the kind at run time for every other combination.
+/// `drive_layouts!` below), by [`Absent`] for a buffer the call does not have, and by [`Buf`],
+/// which picks the kind at run time for every other combination.
 trait Access<V: Simd>: Copy {
     /// Whether the call has this buffer (false only for [`Absent`]). The optimizers read it
     /// instead of their `use_momentum` / `amsgrad` flags, which validation ties to the buffer's
@@ -422,7 +422,7 @@ impl<V: Simd, W: Access<V>, G: Access<V>, S0: Access<V>, S1: Access<V>, S2: Acce
     type S2 = S2;
 }
 
-/// A buffer the call has, of kind `T` (used in [`drive_layouts!`] slot patterns).
+/// A buffer the call has, of kind `T` (used in `drive_layouts!` slot patterns).
 type Has<T> = T;
 /// A buffer the call does not have, whatever the layout's kind `T` for it.
 type Lacks<T> = <T as AbsentFor>::Absent;
