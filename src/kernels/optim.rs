@@ -780,6 +780,13 @@ unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
     }
 }
 
+/// `weight_decay != 0`, decided once per call. `black_box` keeps it a `bool`: otherwise LLVM
+/// folds it back into a float compare in every chunk, a uop on a vector port.
+#[inline(always)]
+fn decays(weight_decay: f32) -> bool {
+    core::hint::black_box(weight_decay != 0.0)
+}
+
 #[inline(always)]
 unsafe fn neg<V: Simd>(x: V::F) -> V::F {
     unsafe { V::from_bits(V::xor_u(V::to_bits(x), V::splat_u(0x8000_0000))) }
@@ -793,7 +800,7 @@ struct SgdOp<V: Simd> {
     momentum: V::F,
     omd: V::F,
     wd: V::F,
-    /// `weight_decay != 0`, decided once: a float compare per chunk costs a vector-port uop.
+    /// Whether weight decay applies ([`decays`]).
     decay: bool,
 }
 
@@ -848,7 +855,7 @@ pub(crate) unsafe fn sgd<V: Simd>(c: &SgdConsts, ctx: &StepContext, t: &mut SgdT
             momentum: V::splat(c.momentum),
             omd: V::splat(c.one_minus_dampening),
             wd: V::splat(c.weight_decay),
-            decay: core::hint::black_box(c.weight_decay != 0.0),
+            decay: decays(c.weight_decay),
         };
         let (base, st) = (t.stream.index_base, &t.stream);
         if s0.is_some() {
@@ -864,7 +871,7 @@ struct AdagradOp<V: Simd> {
     neg_clr: V::F,
     wd: V::F,
     eps: V::F,
-    /// `weight_decay != 0`, decided once: a float compare per chunk costs a vector-port uop.
+    /// Whether weight decay applies ([`decays`]).
     decay: bool,
 }
 
@@ -905,7 +912,7 @@ pub(crate) unsafe fn adagrad<V: Simd>(
             neg_clr: V::splat(-c.clr),
             wd: V::splat(c.weight_decay),
             eps: V::splat(c.eps),
-            decay: core::hint::black_box(c.weight_decay != 0.0),
+            decay: decays(c.weight_decay),
         };
         let (base, st) = (t.stream.index_base, &t.stream);
         drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Lacks, Has, Lacks]);
@@ -1021,7 +1028,7 @@ struct LambV<V: Simd> {
     inv_bc2: V::F,
     eps: V::F,
     wd: V::F,
-    /// `weight_decay != 0`, decided once: a float compare per chunk costs a vector-port uop.
+    /// Whether weight decay applies ([`decays`]).
     decay: bool,
 }
 
@@ -1173,7 +1180,7 @@ impl<V: Simd> LambV<V> {
                 inv_bc2: V::splat(c.inv_bc2),
                 eps: V::splat(c.eps),
                 wd: V::splat(c.weight_decay),
-                decay: core::hint::black_box(c.weight_decay != 0.0),
+                decay: decays(c.weight_decay),
             }
         }
     }
