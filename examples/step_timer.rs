@@ -3,6 +3,7 @@
 //! split weights + bf16 grads + f32 state (IPEX), or all f32 (`adamw_f32`, PyTorch's fused AdamW).
 //!
 //! `cargo run --release --example step_timer -- <sgd|adagrad|adam|lamb|adamw_f32> <elements> <threads> [grain]`
+//! (`STEP_TIMER_HANDOFF=1`: the steps are handed to a pool the timing thread is not in).
 
 use halfstep::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Engine, Grads, LambConfig, LambTensor,
@@ -17,15 +18,19 @@ fn main() {
     let kernel = args.get(1).expect(usage).as_str();
     let n: usize = args.get(2).expect(usage).parse().expect(usage);
     let threads: usize = args.get(3).expect(usage).parse().expect(usage);
+    // Threads as OpenMP's team in the peers: the calling thread and `threads - 1` others. With
+    // STEP_TIMER_HANDOFF=1, a pool of `threads` that the calling thread hands each step to.
     let th = if threads <= 1 {
         Threads::current()
-    } else {
+    } else if std::env::var_os("STEP_TIMER_HANDOFF").is_some() {
         Threads::pool(std::sync::Arc::new(
             rayon_core::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
                 .unwrap(),
         ))
+    } else {
+        Threads::calling_thread_pool(threads).unwrap()
     };
     // An optional fourth argument: the grain (elements) instead of the default.
     let th = match args.get(4) {

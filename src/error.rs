@@ -77,6 +77,15 @@ pub enum Error {
         /// The backend.
         backend: crate::Backend,
     },
+    /// The calling thread's pool (`Threads::calling_thread_pool`) cannot be had with this many
+    /// threads: the thread already has one of another size, or already works for another pool,
+    /// or the pool's threads could not be started.
+    CallingThreadPool {
+        /// The thread count asked for.
+        threads: usize,
+        /// Why not.
+        reason: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -134,6 +143,10 @@ impl fmt::Display for Error {
                     "backend {backend} is not available on this CPU or target"
                 )
             }
+            Error::CallingThreadPool { threads, reason } => write!(
+                f,
+                "no pool of {threads} threads with the calling thread in it: {reason}"
+            ),
         }
     }
 }
@@ -179,6 +192,7 @@ enum Comparable<'a> {
     UnknownBackend(&'a str),
     BackendUnavailable(crate::Backend),
     WorkspaceTooSmall(usize, usize),
+    CallingThreadPool(usize, &'a str),
     Hyper,
 }
 
@@ -206,6 +220,9 @@ impl<'a> From<&'a Error> for Comparable<'a> {
             Error::BackendUnavailable { backend } => Comparable::BackendUnavailable(*backend),
             Error::WorkspaceTooSmall { blocks, tensors } => {
                 Comparable::WorkspaceTooSmall(*blocks, *tensors)
+            }
+            Error::CallingThreadPool { threads, reason } => {
+                Comparable::CallingThreadPool(*threads, reason)
             }
             Error::InvalidHyperparameter { .. } => Comparable::Hyper,
         }

@@ -12,10 +12,18 @@
 //!   elements, so small tensors stay together and are batched onto one worker;
 //! - a single tensor larger than a piece is halved at a global element index that is a multiple
 //!   of [`SPLIT_ALIGN`] (a LAMB norm block: a whole number of RNG groups and of cache lines).
+//!
+//! Where the caller stands matters for small steps: a thread outside the pool hands the whole
+//! step over and sleeps until it comes back, which costs 15–30 µs per call on the development VM
+//! (BENCHMARKS.md, "Hand-off"). [`Threads::calling_thread_pool`] makes the calling thread one of
+//! the pool's threads instead, as OpenMP's master thread is one of its team.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use rayon_core::ThreadPool;
+
+use crate::error::{Error, Result};
 
 use crate::optim::Step;
 use crate::reference::norm::NORM_BLOCK;
@@ -84,6 +92,46 @@ impl Threads {
             pool: Pool::Caller(pool),
             grain: DEFAULT_GRAIN,
         }
+    }
+
+    /// The calling thread's own pool: `threads` threads of which the calling thread is one
+    /// (rayon's `use_current_thread`; `0`: rayon's default count on the first call, whatever
+    /// the thread's pool has on later ones). A step called from this
+    /// thread runs its share of the work here, with no hand-off to the pool and no sleep while
+    /// waiting for it; the other `threads - 1` threads are started on the first call.
+    ///
+    /// rayon lets a thread belong to one pool for its lifetime, so the pool is made once per
+    /// thread and kept until the thread exits: later calls on the same thread return the same
+    /// pool, and fail if `threads` differs ([`Error::CallingThreadPool`]), as they do on a thread
+    /// that already works for another rayon pool. Steps called from other threads still run on
+    /// it (handing off, like [`Threads::pool`]), and `Threads::global()` steps called on this
+    /// thread run on this pool too, since rayon now counts the thread as one of its workers.
+    /// None of this changes the bits.
+    pub fn calling_thread_pool(threads: usize) -> Result<Threads> {
+        thread_local! {
+            static POOL: RefCell<Option<Arc<ThreadPool>>> = const { RefCell::new(None) };
+        }
+        let fail = |reason: String| Error::CallingThreadPool { threads, reason };
+        POOL.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            if let Some(p) = &*cell {
+                if threads != 0 && p.current_num_threads() != threads {
+                    return Err(fail(format!(
+                        "this thread's pool has {} threads",
+                        p.current_num_threads()
+                    )));
+                }
+                return Ok(Threads::pool(p.clone()));
+            }
+            let pool = rayon_core::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .use_current_thread()
+                .build()
+                .map_err(|e| fail(e.to_string()))?;
+            let pool = Arc::new(pool);
+            *cell = Some(pool.clone());
+            Ok(Threads::pool(pool))
+        })
     }
 
     /// The same pool with another grain (elements; rounded up to a multiple of [`SPLIT_ALIGN`]):

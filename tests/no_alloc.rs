@@ -173,7 +173,6 @@ fn parallel_steps_allocate_nothing_of_their_own() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // On a pool, the pieces are forked with `join` (stack jobs, no allocation); rayon's queues
     // may still grow a block now and then. Print what a run of steps costs.
-    const N: usize = 1 << 18;
     // Kept for the whole process: a dropped pool's threads would allocate while exiting, inside
     // another test's count.
     static POOL: std::sync::OnceLock<std::sync::Arc<rayon_core::ThreadPool>> =
@@ -189,11 +188,33 @@ fn parallel_steps_allocate_nothing_of_their_own() {
             )
         })
         .clone();
+    let n = lamb_steps_allocations(Threads::pool(pool).with_grain(4096));
+    println!("100 parallel LAMB steps: {n} allocations");
+    assert!(n <= 10, "{n} allocations in 100 parallel steps");
+    // On the calling thread's pool (counted: the calling thread, which does its share of the work
+    // there; the other worker is rayon's own thread, started without a handler).
+    let n = std::thread::spawn(|| {
+        let threads = Threads::calling_thread_pool(2).unwrap();
+        lamb_steps_allocations(threads.with_grain(4096))
+    })
+    .join()
+    .unwrap();
+    println!("100 LAMB steps on the calling thread's pool: {n} allocations");
+    assert!(
+        n <= 10,
+        "{n} allocations in 100 steps on the calling thread's pool"
+    );
+}
+
+/// Allocations made by 100 LAMB steps over two tensors (2^18 elements) on `threads`, after a
+/// first step that makes the workspace and starts the pool.
+fn lamb_steps_allocations(threads: Threads) -> usize {
+    const N: usize = 1 << 18;
     let grads: Vec<f32> = (0..N).map(|i| (i as f32).sin()).collect();
     let (mut w, mut m, mut v) = (vec![0.5f32; N], vec![0.0f32; N], vec![0.0f32; N]);
     let mut lamb = Optimizer::new(LambConfig::default(), 1)
         .unwrap()
-        .with_threads(Threads::pool(pool).with_grain(4096));
+        .with_threads(threads);
     let mut step = |lamb: &mut Optimizer<LambConfig>| {
         let (h, t) = w.split_at_mut(N / 3);
         let (gh, gt) = grads.split_at(N / 3);
@@ -218,9 +239,7 @@ fn parallel_steps_allocate_nothing_of_their_own() {
         .unwrap();
     };
     step(&mut lamb); // makes the workspace, starts the pool
-    let n = allocations(|| (0..100).for_each(|_| step(&mut lamb)));
-    println!("100 parallel LAMB steps: {n} allocations");
-    assert!(n <= 10, "{n} allocations in 100 parallel steps");
+    allocations(|| (0..100).for_each(|_| step(&mut lamb)))
 }
 
 #[test]

@@ -7,8 +7,8 @@ mod common;
 use common::rng;
 use halfstep::fuzzing::{Case, Kinds, OptimizerStep, TensorData};
 use halfstep::{
-    AdagradConfig, AdamConfig, Backend, Engine, LambConfig, LambTensor, LambWorkspace, Optimizer,
-    Replica, SPLIT_ALIGN, SgdConfig, StepContext, TensorStream, Threads,
+    AdagradConfig, AdamConfig, Backend, Engine, Error, LambConfig, LambTensor, LambWorkspace,
+    Optimizer, Replica, SPLIT_ALIGN, SgdConfig, StepContext, TensorStream, Threads,
 };
 use rand_core::Rng;
 use std::sync::Arc;
@@ -144,37 +144,101 @@ fn engines() -> Vec<Engine> {
         .collect()
 }
 
-#[test]
-fn group_steps_are_identical_on_every_thread_count_and_to_single_tensor_steps() {
-    let setups = thread_setups();
+/// A step, the group it runs on, and the bits it must give.
+type GroupCase = (OptimizerStep, Vec<TensorData>, Vec<Vec<u32>>);
+
+/// Each step of [`steps`] on its group, each tensor stepped alone on the reference: the bits
+/// every way of running the group must give.
+fn oracle() -> Vec<GroupCase> {
     let reference = Engine::new(Backend::Reference).unwrap();
-    for (k, step) in steps().iter().enumerate() {
-        let data = group(k as u64, 11 * k);
-        // The oracle: each tensor stepped alone, on the reference.
-        let mut alone = data.clone();
-        for d in &mut alone {
-            step.run(reference, d).unwrap();
-        }
-        let expected = bits(&alone);
-        assert_ne!(expected, bits(&data), "{step:?} changed nothing");
+    steps()
+        .into_iter()
+        .enumerate()
+        .map(|(k, step)| {
+            let data = group(k as u64, 11 * k);
+            let mut alone = data.clone();
+            for d in &mut alone {
+                step.run(reference, d).unwrap();
+            }
+            let expected = bits(&alone);
+            assert_ne!(expected, bits(&data), "{step:?} changed nothing");
+            (step, data, expected)
+        })
+        .collect()
+}
+
+/// Runs every step of the oracle as a group on every backend with `threads`, comparing bits.
+fn assert_groups_match(cases: &[GroupCase], name: &str, threads: &Threads) {
+    for (step, data, expected) in cases {
         for e in engines() {
-            for (name, threads) in &setups {
-                let mut got = data.clone();
-                step.run_group(e, &mut got, threads).unwrap();
-                for (t, (g, x)) in bits(&got).iter().zip(&expected).enumerate() {
-                    if let Some(i) = g.iter().zip(x).position(|(a, b)| a != b) {
-                        panic!(
-                            "{step:?} on {} with {name}: tensor {t} ({:?}) differs at word {i}: {:#x} vs {:#x}",
-                            e.backend(),
-                            SHAPES[t],
-                            g[i],
-                            x[i]
-                        );
-                    }
+            let mut got = data.clone();
+            step.run_group(e, &mut got, threads).unwrap();
+            for (t, (g, x)) in bits(&got).iter().zip(expected).enumerate() {
+                if let Some(i) = g.iter().zip(x).position(|(a, b)| a != b) {
+                    panic!(
+                        "{step:?} on {} with {name}: tensor {t} ({:?}) differs at word {i}: {:#x} vs {:#x}",
+                        e.backend(),
+                        SHAPES[t],
+                        g[i],
+                        x[i]
+                    );
                 }
             }
         }
     }
+}
+
+#[test]
+fn group_steps_are_identical_on_every_thread_count_and_to_single_tensor_steps() {
+    let cases = oracle();
+    for (name, threads) in &thread_setups() {
+        assert_groups_match(&cases, name, threads);
+    }
+}
+
+#[test]
+fn calling_thread_pools_give_the_same_bits_and_are_one_per_thread() {
+    let cases = oracle();
+    // rayon lets a thread join one pool for its lifetime: a fresh thread per size.
+    std::thread::scope(|s| {
+        for n in POOL_SIZES {
+            let cases = &cases;
+            s.spawn(move || {
+                let threads = Threads::calling_thread_pool(n).unwrap();
+                assert_eq!(
+                    rayon_core::current_thread_index(),
+                    Some(0),
+                    "not in its pool"
+                );
+                assert_eq!(Threads::calling_thread_pool(n).unwrap(), threads);
+                assert_eq!(Threads::calling_thread_pool(0).unwrap(), threads);
+                let other = n % 7 + 2;
+                assert!(matches!(
+                    Threads::calling_thread_pool(other),
+                    Err(Error::CallingThreadPool { threads: t, .. }) if t == other
+                ));
+                let name = format!("the calling thread's pool of {n}");
+                assert_groups_match(
+                    cases,
+                    &format!("{name}, finest grain"),
+                    &threads.clone().with_grain(1),
+                );
+                assert_groups_match(cases, &name, &threads);
+                // rayon now counts this thread as one of the pool's: global steps run there.
+                assert_groups_match(
+                    cases,
+                    &format!("global, from {name}"),
+                    &Threads::global().with_grain(1),
+                );
+            });
+        }
+    });
+    // A worker of another pool cannot join one of its own.
+    let refused = pool(2).install(|| Threads::calling_thread_pool(2));
+    assert!(
+        matches!(refused, Err(Error::CallingThreadPool { threads: 2, .. })),
+        "{refused:?}"
+    );
 }
 
 /// LAMB tensors over a group's buffers, stream `i` for tensor `i`.

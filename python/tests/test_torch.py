@@ -106,6 +106,46 @@ class Bf16Rounding(unittest.TestCase):
         self.assertGreater(nearest, 20 * sr, f"nearest {nearest} vs SR {sr}")
 
 
+class Threads(unittest.TestCase):
+    """`threads` moves work between threads, never bits: the global pool, the stepping thread alone
+    and the stepping thread's own pool of 2 give the same parameters and states."""
+
+    def test_every_threads_setting_gives_the_same_bits(self):
+        torch.manual_seed(3)
+        # 2 x 131K elements: above the 64K grain, so a pool of 2 cuts the weights between threads.
+        x = torch.randn(64, 512)
+        makers = {
+            "sgd": lambda p, t: halfstep.SGD(p, lr=0.05, momentum=0.9, weights="split", threads=t),
+            "adagrad": lambda p, t: halfstep.Adagrad(p, lr=0.05, weights="split", threads=t),
+            "adamw": lambda p, t: halfstep.AdamW(p, lr=1e-2, weights="bf16", states="bf16", threads=t),
+            "lamb": lambda p, t: halfstep.LAMB(p, lr=1e-2, weights="split", threads=t),
+        }
+        for name, make in makers.items():
+            results = []
+            for threads in (None, 1, 2):
+                torch.manual_seed(4)
+                model = torch.nn.Sequential(torch.nn.Linear(512, 256), torch.nn.Linear(256, 512)).to(torch.bfloat16)
+                opt = make(model.parameters(), threads)
+                for _ in range(3):
+                    opt.zero_grad()
+                    model(x.to(torch.bfloat16)).float().square().mean().backward()
+                    opt.step()
+                results.append([p.detach().clone() for p in model.parameters()]
+                               + [t.clone() for st in opt.state.values() for t in st.values()])
+            for got in results[1:]:
+                for a, b in zip(results[0], got):
+                    self.assertTrue(torch.equal(a.view(torch.int16) if a.dtype == torch.bfloat16 else a,
+                                                b.view(torch.int16) if b.dtype == torch.bfloat16 else b), name)
+        with self.assertRaises(ValueError):
+            halfstep.SGD(mlp().parameters(), threads=0)
+        # This thread's pool has 2 threads now: another size is refused on the first step.
+        model = mlp()
+        opt = halfstep.SGD(model.parameters(), threads=3)
+        train(model, halfstep.SGD(model.parameters(), threads=2), 1, *data())
+        with self.assertRaisesRegex(ValueError, "threads=3"):
+            train(model, opt, 1, *data())
+
+
 class StateDict(unittest.TestCase):
     def test_round_trip_continues_bit_for_bit(self):
         x, y = data(3)

@@ -75,6 +75,17 @@ static void run(const char *backend) {
     char got[8192];
     hs_step_context ctx = {SEED, 1, HS_REPLICA_IDENTICAL};
     hs_threads *threads = hs_threads_new(2);
+    /* This thread's own pool (one per thread: each backend's run gets a new handle to it). */
+    hs_threads *mine = hs_threads_calling_thread(2);
+    if (!mine) {
+        fprintf(stderr, "smoke: hs_threads_calling_thread(2): %s\n", hs_last_error());
+        failures++;
+        return;
+    }
+    if (hs_threads_calling_thread(3) != NULL || strlen(hs_last_error()) == 0) {
+        fprintf(stderr, "smoke: a second size of this thread's pool was not refused\n");
+        failures++;
+    }
 
     /* SGD: split weights, momentum + nesterov, weight decay. */
     for (int i = 0; i < N; i++) { w32[i] = weights(i); s0[i] = 0.0f; }
@@ -99,7 +110,7 @@ static void run(const char *backend) {
         ctx.step = step;
         hs_tensor t = tensor(buf(HS_SPLIT, 0, top, trail), buf(HS_F32, 0, g, NULL),
                              buf(HS_F32, 0, s0, NULL), buf(HS_F32, 0, NULL, NULL), 1);
-        check(hs_adagrad_step(&adagrad, &ctx, &t, 1, threads), "hs_adagrad_step");
+        check(hs_adagrad_step(&adagrad, &ctx, &t, 1, mine), "hs_adagrad_step");
     }
     got[0] = 0;
     out16(got, top, N); out16(got + strlen(got), trail, N); out32(got + strlen(got), s0, N);
@@ -166,6 +177,7 @@ static void run(const char *backend) {
         failures++;
     }
     hs_threads_free(threads);
+    hs_threads_free(mine);
 }
 
 int main(int argc, char **argv) {
