@@ -14,8 +14,8 @@
 //!   of [`SPLIT_ALIGN`] (a LAMB norm block: a whole number of RNG groups and of cache lines).
 //!
 //! Where the caller stands matters for small steps: a thread outside the pool hands the whole
-//! step over and sleeps until it comes back, which costs 15–30 µs per call on the development VM
-//! (BENCHMARKS.md, "Hand-off"). [`Threads::calling_thread_pool`] makes the calling thread one of
+//! step over and sleeps until it comes back, which costs 8–17 µs per call on the 2-core development
+//! VM and ~28 µs on 16 cores (BENCHMARKS.md, "Hand-off"). [`Threads::calling_thread_pool`] makes the calling thread one of
 //! the pool's threads instead, as OpenMP's master thread is one of its team.
 
 use std::cell::RefCell;
@@ -24,7 +24,6 @@ use std::sync::Arc;
 use rayon_core::ThreadPool;
 
 use crate::error::{Error, Result};
-
 use crate::optim::Step;
 use crate::reference::norm::NORM_BLOCK;
 

@@ -14,7 +14,7 @@ same seed and `replica=None` stay bit-identical; `replica=r` gives replica r its
 Threads (`threads`, never a change in the bits): None runs each step on rayon's global pool, to
 which the stepping thread hands the work and waits; an int n gives the stepping thread its own pool
 of n threads, itself one of them (`hs_threads_calling_thread`, made on the first step and kept for
-the thread's life), which saves the hand-off (15-30 us per parameter group per step on a 2-core VM);
+the thread's life), which saves the hand-off (8-17 us per parameter group per step on a 2-core VM, ~28 us on 16 cores);
 1 keeps every step on the stepping thread.
 
 The shared library is found through $HALFSTEP_LIB, else ../target/release/libhalfstep.so relative to
