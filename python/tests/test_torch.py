@@ -111,6 +111,9 @@ class Threads(unittest.TestCase):
     and the stepping thread's own pool of 2 give the same parameters and states."""
 
     def test_every_threads_setting_gives_the_same_bits(self):
+        def bits(t):  # bf16 as its 16-bit patterns
+            return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+
         torch.manual_seed(3)
         # 2 x 131K elements: above the 64K grain, so a pool of 2 cuts the weights between threads.
         x = torch.randn(64, 512)
@@ -134,8 +137,7 @@ class Threads(unittest.TestCase):
                                + [t.clone() for st in opt.state.values() for t in st.values()])
             for got in results[1:]:
                 for a, b in zip(results[0], got):
-                    self.assertTrue(torch.equal(a.view(torch.int16) if a.dtype == torch.bfloat16 else a,
-                                                b.view(torch.int16) if b.dtype == torch.bfloat16 else b), name)
+                    self.assertTrue(torch.equal(bits(a), bits(b)), name)
         with self.assertRaises(ValueError):
             halfstep.SGD(mlp().parameters(), threads=0)
         # This thread's pool has 2 threads now: another size is refused on the first step.
