@@ -56,7 +56,7 @@ pub use optim::{
     LambWorkspace, Optimizer, SgdConfig, SgdTensor, Step, adagrad_step, adam_step, lamb_step,
     sgd_step,
 };
-pub use parallel::{DEFAULT_GRAIN, SPLIT_ALIGN, Threads};
+pub use parallel::{DEFAULT_GRAIN, SPLIT_ALIGN, Threads, calling_thread_grain};
 pub use rng::{PhiloxRng, Purpose, Replica, StepContext, TensorStream};
 pub use storage::{Grads, Rounding, State, Weights};
 

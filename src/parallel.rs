@@ -32,9 +32,25 @@ use crate::reference::norm::NORM_BLOCK;
 pub const SPLIT_ALIGN: usize = NORM_BLOCK;
 
 /// The default grain: groups of at most this many elements stay on the calling thread. Chosen by
-/// benchmark (BENCHMARKS.md, "Grain"): on 16 cores the pool wins from 32K–64K elements, on the
-/// 2-core development VM from 128K–256K; 64K is the compromise.
+/// benchmark for pools the caller hands its steps to (BENCHMARKS.md, "Grain"): on 16 cores the
+/// pool wins from 32K–64K elements, on the 2-core development VM from 128K–256K; 64K is the
+/// compromise. A [`Threads::calling_thread_pool`] pays no hand-off and has a finer one
+/// ([`calling_thread_grain`]).
 pub const DEFAULT_GRAIN: usize = 64 * 1024;
+
+/// The default grain of a [`Threads::calling_thread_pool`] of `threads` threads: 16K elements
+/// (one thread: [`DEFAULT_GRAIN`], as cutting gains nothing there). Such a pool pays no hand-off,
+/// so splitting pays from smaller groups than [`DEFAULT_GRAIN`] (BENCHMARKS.md, "Grain of the
+/// calling thread's pool"): on the 16-core Sapphire Rapids host, with 2, 4 and 16 threads, 16K
+/// was the best grain for every optimizer at 32K and 64K elements (25–60% faster than one thread);
+/// on the 2-core Zen 5 VM, whose elements cost about a quarter of the time, 2 threads gain at 48K
+/// and above and are within the runs' spread of one thread at 32K.
+pub const fn calling_thread_grain(threads: usize) -> usize {
+    match threads {
+        0 | 1 => DEFAULT_GRAIN,
+        _ => 16 * 1024,
+    }
+}
 
 #[derive(Clone, Debug)]
 enum Pool {
@@ -106,6 +122,8 @@ impl Threads {
     /// it (handing off, like [`Threads::pool`]), and `Threads::global()` steps called on this
     /// thread run on this pool too, since rayon now counts the thread as one of its workers.
     /// None of this changes the bits.
+    ///
+    /// The grain is [`calling_thread_grain`] of the pool's size.
     pub fn calling_thread_pool(threads: usize) -> Result<Threads> {
         thread_local! {
             static POOL: RefCell<Option<Arc<ThreadPool>>> = const { RefCell::new(None) };
@@ -120,7 +138,7 @@ impl Threads {
                         p.current_num_threads()
                     )));
                 }
-                return Ok(Threads::pool(p.clone()));
+                return Ok(Threads::calling(p.clone()));
             }
             let pool = rayon_core::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -129,8 +147,13 @@ impl Threads {
                 .map_err(|e| fail(e.to_string()))?;
             let pool = Arc::new(pool);
             *cell = Some(pool.clone());
-            Ok(Threads::pool(pool))
+            Ok(Threads::calling(pool))
         })
+    }
+
+    fn calling(pool: Arc<ThreadPool>) -> Threads {
+        let grain = calling_thread_grain(pool.current_num_threads());
+        Threads::pool(pool).with_grain(grain)
     }
 
     /// The same pool with another grain (elements; rounded up to a multiple of [`SPLIT_ALIGN`]):

@@ -9,6 +9,7 @@ use halfstep::fuzzing::{Case, Kinds, OptimizerStep, TensorData};
 use halfstep::{
     AdagradConfig, AdamConfig, Backend, Engine, Error, LambConfig, LambTensor, LambWorkspace,
     Optimizer, Replica, SPLIT_ALIGN, SgdConfig, StepContext, TensorStream, Threads,
+    calling_thread_grain,
 };
 use rand_core::Rng;
 use std::sync::Arc;
@@ -210,6 +211,7 @@ fn calling_thread_pools_give_the_same_bits_and_are_one_per_thread() {
                     Some(0),
                     "not in its pool"
                 );
+                assert_eq!(threads.grain(), calling_thread_grain(n));
                 assert_eq!(Threads::calling_thread_pool(n).unwrap(), threads);
                 assert_eq!(Threads::calling_thread_pool(0).unwrap(), threads);
                 let other = n % 7 + 2;

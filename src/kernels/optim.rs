@@ -571,7 +571,7 @@ unsafe fn process<V: Simd, L: Layout<V>, O: ElementOp<V>>(
         // NaN canonicalisation (SPEC.md §5) for the whole chunk at once: an unordered compare
         // per pair of stored vectors and one test, the blends only when some lane is NaN
         // (it was a compare and a blend per stored vector: on AVX2 the blend is a multi-uop
-        // `vblendvps`, on AVX-512 both take one of the two ports that run 512-bit uops).
+        // `vblendvps`, on Sapphire Rapids' AVX-512 both take one of the two ports that run 512-bit uops).
         let canon = [
             O::WRITE_S[0] && L::S0::CANONICAL,
             O::WRITE_S[1] && L::S1::CANONICAL,
