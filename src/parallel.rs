@@ -42,9 +42,10 @@ pub const DEFAULT_GRAIN: usize = 64 * 1024;
 /// (one thread: [`DEFAULT_GRAIN`], as cutting gains nothing there). Such a pool pays no hand-off,
 /// so splitting pays from smaller groups than [`DEFAULT_GRAIN`] (BENCHMARKS.md, "Grain of the
 /// calling thread's pool"): on the 16-core Sapphire Rapids host, with 2, 4 and 16 threads, 16K
-/// was the best grain for every optimizer at 32K and 64K elements (25–60% faster than one thread);
-/// on the 2-core Zen 5 VM, whose elements cost about a quarter of the time, 2 threads gain at 48K
-/// and above and are within the runs' spread of one thread at 32K.
+/// was the best grain, or within the spread of the best, for every optimizer at 32K and 64K
+/// elements (up to 60% less time than one thread; SGD at 32K on 16 threads even). On the 2-core
+/// Zen 5 VM, whose elements cost about a quarter of the time, 2 threads gain from 64K (Adagrad,
+/// Adam and LAMB from 48K) and are within the runs' spread of one thread at 32K.
 pub const fn calling_thread_grain(threads: usize) -> usize {
     match threads {
         0 | 1 => DEFAULT_GRAIN,
