@@ -93,7 +93,8 @@ pub(crate) trait Simd: Copy + 'static {
     /// Counter vectors whose Philox rounds run interleaved (`kernels::GroupBits`). A round's
     /// multiply, shift and XOR form a dependency chain, so one vector at a time waits on the
     /// multiply's latency; each vector in flight holds four registers of state, so the register
-    /// file bounds the count. Measured: AVX-512 4 (6 spilled and ran slower), AVX2 2 (4 spilled).
+    /// file bounds the count. Measured: AVX-512 4, AVX2 2 (AVX-512 at 6 and AVX2 at 4 ran slower:
+    /// their state then fills the register file).
     const PHILOX_CHAINS: usize = 1;
     /// In each even lane `2j`: the (high, low) 32 bits of `a[2j] * b[2j]`. Odd lanes: anything.
     #[inline(always)]

@@ -396,7 +396,7 @@ mod tests {
                     // 0x0FFF_FFFF carries into counter word 1 at its second group).
                     for block in 0..16 * GroupBits::<V>::SPAN as usize {
                         if group * 16 + block as u64 >= 1 << 48 {
-                            break; // past the last group a span can start at (SPEC.md §3.2)
+                            break; // computed, but no element maps to it (blocks < 2^48, SPEC.md §3.2)
                         }
                         let (b, l) = (block / V::LANES, block % V::LANES);
                         let want = philox4x32_10(
