@@ -110,7 +110,7 @@ pub(crate) unsafe fn run_chunks<V: Simd, B: ChunkBody<V>>(base: u64, n: usize, b
 /// A span is [`GroupBits::SPAN`] consecutive groups, filled in one go so that
 /// [`Simd::PHILOX_CHAINS`] counter vectors run their rounds side by side (the rounds of one
 /// vector are a dependency chain). On AVX-512 one group is only two counter vectors; a span of two
-/// groups made `philox_bits` 16% faster (docs/DESIGN.md). The bits are the same whatever the span:
+/// groups made `philox_bits` 15% faster (docs/DESIGN.md). The bits are the same whatever the span:
 /// SPEC.md §3.2 fixes them per element.
 pub(crate) struct GroupBits<V: Simd> {
     coord: BitsCoord,
