@@ -10,35 +10,17 @@ pub(crate) struct Portable;
 
 const L: usize = 8;
 
-/// `[f(0), f(1), ...]` by a plain loop, not `core::array::from_fn`: once the Philox fill grew,
-/// LLVM stopped inlining `from_fn`'s helper `core::array::try_from_fn` into the portable AdamW
-/// kernel, and callgrind counted ~15 out-of-line calls per chunk (+32% instructions, the gate's
-/// `adamw_bf16_sr_portable`). Array `map` is replaced by [`map`] for the same reason.
-#[inline(always)]
-fn lanes<T: Copy + Default, const N: usize>(f: impl Fn(usize) -> T) -> [T; N] {
-    let mut out = [T::default(); N];
-    for (i, out) in out.iter_mut().enumerate() {
-        *out = f(i);
-    }
-    out
-}
-/// `map(a, f)` by [`lanes`].
-#[inline(always)]
-fn map<A: Copy, T: Copy + Default, const N: usize>(a: [A; N], f: impl Fn(A) -> T) -> [T; N] {
-    lanes(|i| f(a[i]))
-}
-
 #[inline(always)]
 fn map_f(a: [f32; L], f: impl Fn(f32) -> f32) -> [f32; L] {
-    lanes(|i| f(a[i]))
+    core::array::from_fn(|i| f(a[i]))
 }
 #[inline(always)]
 fn zip_f(a: [f32; L], b: [f32; L], f: impl Fn(f32, f32) -> f32) -> [f32; L] {
-    lanes(|i| f(a[i], b[i]))
+    core::array::from_fn(|i| f(a[i], b[i]))
 }
 #[inline(always)]
 fn zip_u(a: [u32; L], b: [u32; L], f: impl Fn(u32, u32) -> u32) -> [u32; L] {
-    lanes(|i| f(a[i], b[i]))
+    core::array::from_fn(|i| f(a[i], b[i]))
 }
 
 impl Simd for Portable {
@@ -82,27 +64,27 @@ impl Simd for Portable {
     }
     #[inline(always)]
     unsafe fn fma(a: [f32; L], b: [f32; L], c: [f32; L]) -> [f32; L] {
-        lanes(|i| a[i].mul_add(b[i], c[i]))
+        core::array::from_fn(|i| a[i].mul_add(b[i], c[i]))
     }
     #[inline(always)]
     unsafe fn is_nan(a: [f32; L]) -> [bool; L] {
-        map(a, f32::is_nan)
+        a.map(f32::is_nan)
     }
     #[inline(always)]
     unsafe fn gt(a: [f32; L], b: [f32; L]) -> [bool; L] {
-        lanes(|i| a[i] > b[i])
+        core::array::from_fn(|i| a[i] > b[i])
     }
     #[inline(always)]
     unsafe fn select(m: [bool; L], a: [f32; L], b: [f32; L]) -> [f32; L] {
-        lanes(|i| if m[i] { a[i] } else { b[i] })
+        core::array::from_fn(|i| if m[i] { a[i] } else { b[i] })
     }
     #[inline(always)]
     unsafe fn mask_or(a: [bool; L], b: [bool; L]) -> [bool; L] {
-        lanes(|i| a[i] | b[i])
+        core::array::from_fn(|i| a[i] | b[i])
     }
     #[inline(always)]
     unsafe fn is_nan2(a: [f32; L], b: [f32; L]) -> [bool; L] {
-        lanes(|i| a[i].is_nan() | b[i].is_nan())
+        core::array::from_fn(|i| a[i].is_nan() | b[i].is_nan())
     }
     #[inline(always)]
     unsafe fn any(m: [bool; L]) -> bool {
@@ -116,7 +98,7 @@ impl Simd for Portable {
     }
     #[inline(always)]
     unsafe fn iota() -> [u32; L] {
-        lanes(|i| i as u32)
+        core::array::from_fn(|i| i as u32)
     }
     #[inline(always)]
     unsafe fn add_u(a: [u32; L], b: [u32; L]) -> [u32; L] {
@@ -140,11 +122,11 @@ impl Simd for Portable {
     }
     #[inline(always)]
     unsafe fn shr<const S: i32>(a: [u32; L]) -> [u32; L] {
-        map(a, |x| x >> S)
+        a.map(|x| x >> S)
     }
     #[inline(always)]
     unsafe fn shl<const S: i32>(a: [u32; L]) -> [u32; L] {
-        map(a, |x| x << S)
+        a.map(|x| x << S)
     }
     #[inline(always)]
     unsafe fn shr_var(a: [u32; L], c: [u32; L]) -> [u32; L] {
@@ -156,11 +138,11 @@ impl Simd for Portable {
     }
     #[inline(always)]
     unsafe fn gt_i32(a: [u32; L], b: [u32; L]) -> [bool; L] {
-        lanes(|i| (a[i] as i32) > (b[i] as i32))
+        core::array::from_fn(|i| (a[i] as i32) > (b[i] as i32))
     }
     #[inline(always)]
     unsafe fn eq_u(a: [u32; L], b: [u32; L]) -> [bool; L] {
-        lanes(|i| a[i] == b[i])
+        core::array::from_fn(|i| a[i] == b[i])
     }
     #[inline(always)]
     unsafe fn min_i32(a: [u32; L], b: [u32; L]) -> [u32; L] {
@@ -172,51 +154,52 @@ impl Simd for Portable {
     }
     #[inline(always)]
     unsafe fn select_u(m: [bool; L], a: [u32; L], b: [u32; L]) -> [u32; L] {
-        lanes(|i| if m[i] { a[i] } else { b[i] })
+        core::array::from_fn(|i| if m[i] { a[i] } else { b[i] })
     }
     #[inline(always)]
     unsafe fn mul_hi_lo(a: [u32; L], b: [u32; L]) -> ([u32; L], [u32; L]) {
-        let p: [u64; L] = lanes(|i| u64::from(a[i]) * u64::from(b[i]));
-        (map(p, |x| (x >> 32) as u32), map(p, |x| x as u32))
+        let p: [u64; L] = core::array::from_fn(|i| u64::from(a[i]) * u64::from(b[i]));
+        (p.map(|x| (x >> 32) as u32), p.map(|x| x as u32))
     }
     #[inline(always)]
     unsafe fn to_bits(a: [f32; L]) -> [u32; L] {
-        map(a, f32::to_bits)
+        a.map(f32::to_bits)
     }
     #[inline(always)]
     unsafe fn from_bits(a: [u32; L]) -> [f32; L] {
-        map(a, f32::from_bits)
+        a.map(f32::from_bits)
     }
     #[inline(always)]
     unsafe fn u32_to_f32(a: [u32; L]) -> [f32; L] {
-        map(a, |x| x as f32)
+        a.map(|x| x as f32)
     }
 
     #[inline(always)]
     unsafe fn load_u16(p: *const u16) -> [u32; L] {
-        map(unsafe { p.cast::<[u16; L]>().read_unaligned() }, u32::from)
+        unsafe { p.cast::<[u16; L]>().read_unaligned() }.map(u32::from)
     }
     #[inline(always)]
     unsafe fn store_u16(p: *mut u16, v: [u32; L]) {
-        unsafe { p.cast::<[u16; L]>().write_unaligned(map(v, |x| x as u16)) }
+        unsafe { p.cast::<[u16; L]>().write_unaligned(v.map(|x| x as u16)) }
     }
 
     #[inline(always)]
     unsafe fn load_u8(p: *const u8) -> [u32; L] {
-        map(unsafe { p.cast::<[u8; L]>().read_unaligned() }, u32::from)
+        unsafe { p.cast::<[u8; L]>().read_unaligned() }.map(u32::from)
     }
     #[inline(always)]
     unsafe fn store_u8(p: *mut u8, v: [u32; L]) {
-        unsafe { p.cast::<[u8; L]>().write_unaligned(map(v, |x| x as u8)) }
+        unsafe { p.cast::<[u8; L]>().write_unaligned(v.map(|x| x as u8)) }
     }
     #[inline(always)]
     unsafe fn load_nibbles(p: *const u8) -> [u32; L] {
         let b = unsafe { p.cast::<[u8; L / 2]>().read_unaligned() };
-        lanes(|i| u32::from(b[i / 2] >> (4 * (i % 2))) & 0xF)
+        core::array::from_fn(|i| u32::from(b[i / 2] >> (4 * (i % 2))) & 0xF)
     }
     #[inline(always)]
     unsafe fn store_nibbles(p: *mut u8, v: [u32; L]) {
-        let b: [u8; L / 2] = lanes(|k| ((v[2 * k] & 0xF) | (v[2 * k + 1] & 0xF) << 4) as u8);
+        let b: [u8; L / 2] =
+            core::array::from_fn(|k| ((v[2 * k] & 0xF) | (v[2 * k + 1] & 0xF) << 4) as u8);
         unsafe { p.cast::<[u8; L / 2]>().write_unaligned(b) }
     }
     #[inline(always)]
