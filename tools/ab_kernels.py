@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""A/B two builds of the criterion kernel bench, alternating them run by run so that both see the
+same machine state, and print each row's median over the runs (criterion's median estimate, read
+from its estimates.json by bench_report.load, as in the BENCHMARKS.md tables).
+
+    tools/ab_kernels.py OLD_BIN NEW_BIN REGEX [RUNS]
+
+Build the binaries with `cargo bench --bench kernels --no-run` before and after a change and copy
+target/release/deps/kernels-<hash> away each time. HALFSTEP_BENCH_SIZES / _THREADS as for the bench
+(default here: 64K and 64M on one thread).
+"""
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_report import label_of, load  # noqa: E402
+
+
+def main():
+    if len(sys.argv) not in (4, 5):
+        sys.exit(__doc__)
+    bins = {"old": sys.argv[1], "new": sys.argv[2]}
+    regex, runs = sys.argv[3], int(sys.argv[4]) if len(sys.argv) == 5 else 5
+    env = dict(os.environ)
+    env.setdefault("HALFSTEP_BENCH_SIZES", "65536,67108864")
+    env.setdefault("HALFSTEP_BENCH_THREADS", "1")
+    ns = {}  # (kernel, n, t, backend, tag) -> [ns/elem per run]
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in range(runs):
+            for tag, binary in bins.items():
+                home = os.path.join(tmp, f"{tag}-{run}")  # one criterion dir per run: no baseline mixing
+                subprocess.run([binary, "--bench", regex, "--noplot"], check=True,
+                               env=dict(env, CRITERION_HOME=home), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+                for kernel, k in load(home).items():
+                    for (n, t), cell in k["cells"].items():
+                        for backend, v in cell.items():
+                            ns.setdefault((kernel, n, t, backend, tag), []).append(v)
+    print("| kernel | backend | size | threads | old ns/elem | new ns/elem | new / old |")
+    print("|---|---|---|---|---|---|---|")
+    for kernel, n, t, backend in sorted({key[:4] for key in ns}):
+        o = statistics.median(ns.get((kernel, n, t, backend, "old"), [float("nan")]))
+        w = statistics.median(ns.get((kernel, n, t, backend, "new"), [float("nan")]))
+        print(f"| {kernel} | {backend} | {label_of(n)} | {t} | {o:.3f} | {w:.3f} | {w / o:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
