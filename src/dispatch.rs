@@ -314,6 +314,27 @@ macro_rules! simd_backend {
             use super::*;
             use crate::kernels;
 
+            // The portable backend calls its Philox fill out of line, the SIMD backends inline it
+            // (see `kernels::PhiloxFill`).
+            $(#[target_feature(enable = $features)])?
+            #[inline(never)]
+            unsafe fn philox_fill(bits: &mut kernels::GroupBits<$V>, group: u64) {
+                unsafe { bits.fill(group) }
+            }
+            impl kernels::PhiloxFill for $V {
+                #[inline(always)]
+                unsafe fn fill_span(bits: &mut kernels::GroupBits<$V>, group: u64) {
+                    const OUT_OF_LINE: bool = true $(&& $features.is_empty())?;
+                    unsafe {
+                        if OUT_OF_LINE {
+                            philox_fill(bits, group)
+                        } else {
+                            bits.fill(group)
+                        }
+                    }
+                }
+            }
+
             $(#[target_feature(enable = $features)])?
             unsafe fn fill_bits(c: &BitsCoord, base: u64, out: &mut [u16]) {
                 unsafe { kernels::convert::fill_bits::<$V>(c, base, out) }

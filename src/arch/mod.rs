@@ -24,7 +24,7 @@ pub(crate) const MAX_LANES: usize = 16;
 /// and subnormals, `fma` fused, integer ops mod 2^32. Comparisons produce a mask `M`; `select(m, a, b)`
 /// takes `a` where `m` is set.
 #[allow(clippy::missing_safety_doc)]
-pub(crate) trait Simd: Copy + 'static {
+pub(crate) trait Simd: Copy + 'static + crate::kernels::PhiloxFill {
     /// Lanes per vector (4, 8 or 16).
     const LANES: usize;
     /// `LANES` x f32.
@@ -90,6 +90,12 @@ pub(crate) trait Simd: Copy + 'static {
     /// widening multiply reads only the even lanes (x86's `vpmuludq`): `mul_hi_lo` then spends a
     /// second multiply and four shuffles to serve the odd lanes, which the even layout never needs.
     const PHILOX_EVEN_LANES: bool = false;
+    /// Counter vectors whose Philox rounds run interleaved (`kernels::GroupBits`). A round's
+    /// multiply, shift and XOR form a dependency chain, so one vector at a time waits on the
+    /// multiply's latency; each vector in flight holds four registers of state, so the register
+    /// file bounds the count. Measured: AVX-512 4, AVX2 2 (AVX-512 at 6 and AVX2 at 4 ran slower:
+    /// their state then fills the register file).
+    const PHILOX_CHAINS: usize = 1;
     /// In each even lane `2j`: the (high, low) 32 bits of `a[2j] * b[2j]`. Odd lanes: anything.
     #[inline(always)]
     unsafe fn mul_hi_lo_even(a: Self::U, b: Self::U) -> (Self::U, Self::U) {

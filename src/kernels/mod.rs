@@ -104,104 +104,139 @@ pub(crate) unsafe fn run_chunks<V: Simd, B: ChunkBody<V>>(base: u64, n: usize, b
     }
 }
 
-/// The Philox output words of one 128-element group of one stream, cached until the group changes.
+/// The Philox output words of one span of 128-element groups of one stream, cached until the
+/// chunks leave the span.
+///
+/// A span is [`GroupBits::SPAN`] consecutive groups, filled in one go so that
+/// [`Simd::PHILOX_CHAINS`] counter vectors run their rounds side by side (the rounds of one
+/// vector are a dependency chain). On AVX-512 one group is only two counter vectors; a span of two
+/// groups made `philox_bits` 15% faster (docs/DESIGN.md). The bits are the same whatever the span:
+/// SPEC.md §3.2 fixes them per element.
 pub(crate) struct GroupBits<V: Simd> {
     coord: BitsCoord,
     key: [u32; 2],
+    /// First group of the cached span; `NO_SPAN` before the first fill.
     group: u64,
     /// `words[4 * b + w]`: output word `w` of block vector `b` (blocks `16 * group + b * LANES + lane`).
-    words: [V::U; 16],
+    words: [V::U; 4 * MAX_BLOCK_VECTORS],
 }
 
+/// Stored block vectors (one block per lane) of the largest span.
+const MAX_BLOCK_VECTORS: usize = 4;
+
+/// Never a group (groups are below 2^44), and far enough below `u64::MAX` that `g - NO_SPAN`
+/// (wrapping) is at least any span for every group `g`.
+const NO_SPAN: u64 = u64::MAX - 255;
+
 impl<V: Simd> GroupBits<V> {
+    /// Blocks one counter vector carries: one per lane, or with `even` one per even lane.
+    const fn blocks_per_vector(even: bool) -> usize {
+        if even { V::LANES / 2 } else { V::LANES }
+    }
+    /// Groups per fill: enough for one pass of [`Simd::PHILOX_CHAINS`] counter vectors.
+    const SPAN: u64 = {
+        let per_group = 16 / Self::blocks_per_vector(V::PHILOX_EVEN_LANES);
+        let span = V::PHILOX_CHAINS.div_ceil(per_group);
+        assert!(span * 16 / V::LANES <= MAX_BLOCK_VECTORS);
+        span as u64
+    };
+
     #[inline(always)]
     pub unsafe fn new(coord: BitsCoord) -> Self {
         GroupBits {
             coord,
             key: seed_key(coord.seed),
-            group: u64::MAX,
-            words: [unsafe { V::splat_u(0) }; 16],
+            group: NO_SPAN,
+            words: [unsafe { V::splat_u(0) }; 4 * MAX_BLOCK_VECTORS],
         }
     }
 
-    /// Runs Philox4x32-10 on the 16 blocks of `group`, in the layout the ISA prefers.
+    /// Runs Philox4x32-10 on the blocks of the span from `group`, in the layout the ISA prefers.
+    /// Kernels reach it through [`PhiloxFill::fill_span`], out of line.
     #[inline(always)]
-    unsafe fn fill(&mut self, group: u64) {
+    pub(crate) unsafe fn fill(&mut self, group: u64) {
         unsafe {
             if V::PHILOX_EVEN_LANES {
-                self.fill_even(group)
+                self.fill_layout::<true>(group)
             } else {
-                self.fill_lanes(group)
+                self.fill_layout::<false>(group)
             }
             self.group = group;
         }
     }
 
-    /// The counter words 1..3 of every block of `group` (word 0 is the block's low 32 bits).
+    /// [`Self::fill_pass`] with as many counter vectors per pass as the ISA asks for and the
+    /// layout allows (the even layout pairs them; the pass count must divide the span's).
     #[inline(always)]
-    unsafe fn counter_words(&self, group: u64) -> [V::U; 3] {
+    unsafe fn fill_layout<const EVEN: bool>(&mut self, group: u64) {
         unsafe {
-            // The 16 blocks of a group differ only in their low 4 bits: no carry into word 1.
-            let first_block = group * 16;
-            let c1 = (first_block >> 32) as u32 | u32::from(self.coord.replica_slot) << 16;
-            [
-                V::splat_u(c1),
-                V::splat_u(self.coord.step),
-                V::splat_u(self.coord.stream_word),
-            ]
-        }
-    }
-
-    /// One block per lane: `words[4 * b + w]` lane `l` is word `w` of block `16 * group + b * LANES + l`.
-    #[inline(always)]
-    unsafe fn fill_lanes(&mut self, group: u64) {
-        unsafe {
-            let [c1, c2, c3] = self.counter_words(group);
-            let (m0, m1) = (V::splat_u(M0), V::splat_u(M1));
-            for b in 0..16 / V::LANES {
-                let lo = ((group * 16) as u32).wrapping_add((b * V::LANES) as u32);
-                let mut c = [[V::add_u(V::splat_u(lo), V::iota()), c1, c2, c3]];
-                let mut k = self.key;
-                for r in 0..10 {
-                    if r > 0 {
-                        k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
-                    }
-                    let key = [V::splat_u(k[0]), V::splat_u(k[1])];
-                    philox_round::<V, false, 1>(&mut c, key, [m0, m1]);
-                }
-                self.words[4 * b..4 * b + 4].copy_from_slice(&c[0]);
+            let total = Self::SPAN as usize * 16 / Self::blocks_per_vector(EVEN);
+            let n = V::PHILOX_CHAINS.min(total);
+            if n >= 4 && total.is_multiple_of(4) {
+                self.fill_pass::<EVEN, 4>(group)
+            } else if (n >= 2 || EVEN) && total.is_multiple_of(2) {
+                self.fill_pass::<EVEN, 2>(group)
+            } else {
+                self.fill_pass::<EVEN, 1>(group)
             }
         }
     }
 
-    /// The same words as [`Self::fill_lanes`], computed one block per even lane: two vectors `x`,
-    /// `y` each carry `LANES / 2` blocks, and [`Simd::pack_even`] joins them at the end. The odd
-    /// lanes carry garbage that never reaches an even lane (the multiply reads the even lanes,
-    /// the XORs are lane-wise).
+    /// Fills `words` for the span from `group`, `N` counter vectors at a time with their rounds
+    /// interleaved. `words[4 * b + w]` lane `l` is word `w` of block `16 * group + b * LANES + l`.
+    ///
+    /// `EVEN`: each counter vector carries `LANES / 2` blocks in its even lanes and
+    /// [`Simd::pack_even`] joins two of them at the end; the odd lanes carry garbage that never
+    /// reaches an even lane (the multiply reads the even lanes, the XORs are lane-wise).
     #[inline(always)]
-    unsafe fn fill_even(&mut self, group: u64) {
+    unsafe fn fill_pass<const EVEN: bool, const N: usize>(&mut self, group: u64) {
         unsafe {
-            let [c1, c2, c3] = self.counter_words(group);
+            let per_vector = Self::blocks_per_vector(EVEN);
+            let total = Self::SPAN as usize * 16 / per_vector;
+            let (c2, c3) = (
+                V::splat_u(self.coord.step),
+                V::splat_u(self.coord.stream_word),
+            );
             let (m0, m1) = (V::splat_u(M0), V::splat_u(M1));
-            // Lanes 2j and 2j + 1 both get j; the even one is the block's.
-            let pairs = V::shr::<1>(V::iota());
-            for b in 0..16 / V::LANES {
-                let lo = ((group * 16) as u32).wrapping_add((b * V::LANES) as u32);
-                let x = [V::add_u(V::splat_u(lo), pairs), c1, c2, c3];
-                let y0 = V::add_u(V::splat_u(lo + (V::LANES / 2) as u32), pairs);
-                let mut xy = [x, [y0, c1, c2, c3]];
+            // Each lane's block offset; in the even layout lanes 2j and 2j + 1 both get j (the
+            // even one is the block's).
+            let offsets = if EVEN {
+                V::shr::<1>(V::iota())
+            } else {
+                V::iota()
+            };
+            let replica = u32::from(self.coord.replica_slot) << 16;
+            for v in (0..total).step_by(N) {
+                let mut c = [[offsets; 4]; N];
+                for (i, c) in c.iter_mut().enumerate() {
+                    // A vector's blocks start at a multiple of its block count: no carry into
+                    // word 1 inside it, but the span's next group may carry (2^32 blocks).
+                    let first = group * 16 + ((v + i) * per_vector) as u64;
+                    let c0 = V::add_u(V::splat_u(first as u32), offsets);
+                    *c = [c0, V::splat_u((first >> 32) as u32 | replica), c2, c3];
+                }
                 let mut k = self.key;
                 for r in 0..10 {
                     if r > 0 {
                         k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
                     }
                     let key = [V::splat_u(k[0]), V::splat_u(k[1])];
-                    philox_round::<V, true, 2>(&mut xy, key, [m0, m1]);
+                    philox_round::<V, EVEN, N>(&mut c, key, [m0, m1]);
                 }
-                let [x, y] = xy;
-                let words = &mut self.words[4 * b..4 * b + 4];
-                for (out, (x, y)) in words.iter_mut().zip(x.into_iter().zip(y)) {
-                    *out = V::pack_even(x, y);
+                if EVEN {
+                    for (j, xy) in c.chunks_exact(2).enumerate() {
+                        let b = v / 2 + j;
+                        let (x, y) = (&xy[0], &xy[1]);
+                        for (out, (x, y)) in
+                            self.words[4 * b..4 * b + 4].iter_mut().zip(x.iter().zip(y))
+                        {
+                            *out = V::pack_even(*x, *y);
+                        }
+                    }
+                } else {
+                    for (j, c) in c.iter().enumerate() {
+                        self.words[4 * (v + j)..4 * (v + j) + 4].copy_from_slice(c);
+                    }
                 }
             }
         }
@@ -225,12 +260,14 @@ impl<V: Simd> GroupBits<V> {
     pub unsafe fn r16(&mut self, e: u64) -> V::U {
         unsafe {
             let group = e >> 7;
-            if group != self.group {
-                self.fill(group);
+            let mut d = group.wrapping_sub(self.group);
+            if d >= Self::SPAN {
+                V::fill_span(self, group);
+                d = 0;
             }
             let nb = 16 / V::LANES;
             let c = (e & 127) as usize / V::LANES;
-            let (k, b) = (c / nb, c % nb);
+            let (k, b) = (c / nb, d as usize * nb + c % nb);
             let w = self.words[4 * b + (k >> 1)];
             if k & 1 == 1 {
                 V::shr::<16>(w)
@@ -239,6 +276,20 @@ impl<V: Simd> GroupBits<V> {
             }
         }
     }
+}
+
+/// How a backend's kernels reach [`GroupBits::fill`]; `dispatch`'s `simd_backend!` implements it
+/// next to the kernels' entry points, inside the backend's target features.
+///
+/// The SIMD backends inline the fill: a call in the chunk loop would make LLVM reload every
+/// vector constant of the loop from memory on each chunk (callgrind: bf16 SR +17% instructions
+/// on AVX2). The portable backend calls it out of line: inlined, its long fill (ten rounds, on
+/// arrays) made LLVM stop inlining `core::array::from_fn`, which the portable primitives use,
+/// into the largest kernels (callgrind: the bf16-SR AdamW +32%).
+pub(crate) trait PhiloxFill {
+    unsafe fn fill_span(bits: &mut GroupBits<Self>, group: u64)
+    where
+        Self: Simd;
 }
 
 /// One Philox4x32 round (SPEC.md §3.1) on `N` vectors of blocks: one block per lane, or with
@@ -346,17 +397,22 @@ mod tests {
                 let mut lanes = unsafe { GroupBits::<V>::new(coord) };
                 let mut even = unsafe { GroupBits::<V>::new(coord) };
                 unsafe {
-                    lanes.fill_lanes(group);
-                    even.fill_even(group);
+                    lanes.fill_layout::<false>(group);
+                    even.fill_layout::<true>(group);
                 }
                 for (layout, bits) in [("lanes", &lanes), ("even", &even)] {
-                    let mut got = [0u32; 16 * MAX_LANES];
+                    let mut got = [0u32; 4 * MAX_BLOCK_VECTORS * MAX_LANES];
                     for (i, w) in bits.words.iter().enumerate() {
                         unsafe {
                             V::store(got[i * V::LANES..].as_mut_ptr().cast(), V::from_bits(*w))
                         };
                     }
-                    for block in 0..16 {
+                    // Every block of the span (two groups on AVX-512: the span from
+                    // 0x0FFF_FFFF carries into counter word 1 at its second group).
+                    for block in 0..16 * GroupBits::<V>::SPAN as usize {
+                        if group * 16 + block as u64 >= 1 << 48 {
+                            break; // computed, but no element maps to it (blocks < 2^48, SPEC.md §3.2)
+                        }
                         let (b, l) = (block / V::LANES, block % V::LANES);
                         let want = philox4x32_10(
                             block_counter(&coord, group * 16 + block as u64),

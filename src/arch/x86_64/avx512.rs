@@ -171,6 +171,7 @@ impl Simd for Avx512 {
         }
     }
     const PHILOX_EVEN_LANES: bool = true;
+    const PHILOX_CHAINS: usize = 4;
     #[inline(always)]
     unsafe fn mul_hi_lo_even(a: __m512i, b: __m512i) -> (__m512i, __m512i) {
         unsafe {
