@@ -152,7 +152,8 @@ impl<V: Simd> GroupBits<V> {
     }
 
     /// Runs Philox4x32-10 on the blocks of the span from `group`, in the layout the ISA prefers.
-    /// Kernels reach it through [`PhiloxFill::fill_span`], out of line.
+    /// Kernels reach it through [`PhiloxFill::fill_span`]: inlined on the SIMD backends, a call
+    /// on the portable one.
     #[inline(always)]
     pub(crate) unsafe fn fill(&mut self, group: u64) {
         unsafe {
