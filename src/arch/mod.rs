@@ -119,6 +119,9 @@ pub(crate) trait Simd: Copy + 'static + crate::kernels::PhiloxFill {
     unsafe fn from_bits(a: Self::U) -> Self::F;
     /// u32 -> f32 for lanes below 2^24 (exact).
     unsafe fn u32_to_f32(a: Self::U) -> Self::F;
+    /// f32 -> integer, rounded toward zero (whatever MXCSR/FPCR says), for lanes in `[0, 2^31)`;
+    /// other lanes (negative, NaN, too large) give any value.
+    unsafe fn f32_to_u32_trunc(a: Self::F) -> Self::U;
 
     // ---- f16 in hardware
     /// f32 → f16 bits (low half of each lane) by an exact hardware converter, nearest-even or

@@ -173,6 +173,10 @@ impl Simd for Portable {
     unsafe fn u32_to_f32(a: [u32; L]) -> [f32; L] {
         a.map(|x| x as f32)
     }
+    #[inline(always)]
+    unsafe fn f32_to_u32_trunc(a: [f32; L]) -> [u32; L] {
+        a.map(|x| x as u32)
+    }
 
     #[inline(always)]
     unsafe fn load_u16(p: *const u16) -> [u32; L] {

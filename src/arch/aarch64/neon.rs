@@ -175,6 +175,11 @@ impl Simd for Neon {
     unsafe fn u32_to_f32(a: uint32x4_t) -> float32x4_t {
         unsafe { vcvtq_f32_u32(a) }
     }
+    #[inline(always)]
+    unsafe fn f32_to_u32_trunc(a: float32x4_t) -> uint32x4_t {
+        // FCVTZU: toward zero by its encoding, not by FPCR.
+        unsafe { vcvtq_u32_f32(a) }
+    }
 
     #[inline(always)]
     unsafe fn load_u16(p: *const u16) -> uint32x4_t {

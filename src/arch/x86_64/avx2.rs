@@ -199,6 +199,10 @@ impl Simd for Avx2 {
     unsafe fn u32_to_f32(a: __m256i) -> __m256 {
         unsafe { _mm256_cvtepi32_ps(a) }
     }
+    #[inline(always)]
+    unsafe fn f32_to_u32_trunc(a: __m256) -> __m256i {
+        unsafe { _mm256_cvttps_epi32(a) }
+    }
 
     #[inline(always)]
     unsafe fn load_u16(p: *const u16) -> __m256i {

@@ -198,6 +198,10 @@ impl Simd for Avx512 {
     unsafe fn u32_to_f32(a: __m512i) -> __m512 {
         unsafe { _mm512_cvtepi32_ps(a) }
     }
+    #[inline(always)]
+    unsafe fn f32_to_u32_trunc(a: __m512) -> __m512i {
+        unsafe { _mm512_cvttps_epi32(a) }
+    }
 
     #[inline(always)]
     unsafe fn load_u16(p: *const u16) -> __m512i {
