@@ -340,6 +340,13 @@ fn every_f32_bf16_and_f16_pattern_class_agrees_on_dense_sweeps() {
     }
 }
 
+/// `src[i]` = the f32 with bit pattern `start + i` (the 2^32 sweeps' chunks).
+fn patterns_from(start: u64, src: &mut [f32]) {
+    for (i, x) in src.iter_mut().enumerate() {
+        *x = f32::from_bits((start + i as u64) as u32);
+    }
+}
+
 /// Every one of the 2^32 f32 patterns, for the roundings that use no random bits (where the x86
 /// backends use the hardware converter, F16C's `vcvtps2ph`, for f16). About a minute in release;
 /// `cargo test --release --test agreement -- --ignored`.
@@ -356,9 +363,7 @@ fn every_f32_pattern_narrows_to_f16_and_bf16_as_the_reference_without_random_bit
     let (mut want_b, mut got_b) = (vec![bf16::ZERO; chunk], vec![bf16::ZERO; chunk]);
     for rounding in [Rounding::NearestEven, Rounding::TowardZero] {
         for start in (0..1u64 << 32).step_by(chunk) {
-            for (i, x) in src.iter_mut().enumerate() {
-                *x = f32::from_bits((start + i as u64) as u32);
-            }
+            patterns_from(start, &mut src);
             r.f32_to_f16(&src, &mut want, rounding, &ctx, &stream)
                 .unwrap();
             r.f32_to_bf16(&src, &mut want_b, rounding, &ctx, &stream)
@@ -402,9 +407,7 @@ fn every_f32_pattern_quantizes_to_fp8_and_rounds_to_f16_stochastically_as_the_re
         let (mut want, mut got) = (vec![0u8; chunk], vec![0u8; chunk]);
         let (mut want_h, mut got_h) = (vec![f16::ZERO; chunk], vec![f16::ZERO; chunk]);
         for start in starts {
-            for (i, x) in src.iter_mut().enumerate() {
-                *x = f32::from_bits((start + i as u64) as u32);
-            }
+            patterns_from(start, &mut src);
             // The element index is the pattern itself: each chunk draws other random bits.
             let stream = TensorStream {
                 index_base: start,

@@ -228,14 +228,14 @@ pub(crate) unsafe fn to_small<V: Simd, const MAN: i32>(
 pub(crate) unsafe fn from_small<V: Simd, const MAN: i32>(f: &Small, c: V::U) -> V::F {
     unsafe {
         let s = V::splat_u;
-        let sign = V::shl_var(V::and_u(c, s(f.sign)), s(31 - f.sign_pos));
+        let sign = shl_n::<V>(V::and_u(c, s(f.sign)), 31 - f.sign_pos);
         let m = V::and_u(c, s(f.sign - 1));
         let exp = V::shr::<MAN>(m);
         let frac = V::and_u(m, s((1 << MAN) - 1));
         // Normal: exponent field exp - 1 + emin + 127, fraction bits under f32's 23.
         let normal = V::or_u(
             V::shl::<23>(V::add_u(exp, s((f.emin + 126) as u32))),
-            V::shl_var(frac, s((23 - MAN) as u32)),
+            shl_n::<V>(frac, (23 - MAN) as u32),
         );
         // Subnormal: frac * 2^(emin - MAN), exact.
         let unit = crate::reference::quant::pow2(f.emin - MAN);
