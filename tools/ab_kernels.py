@@ -39,12 +39,16 @@ def main():
                     for (n, t), cell in k["cells"].items():
                         for backend, v in cell.items():
                             ns.setdefault((kernel, n, t, backend, tag), []).append(v)
-    print("| kernel | backend | size | threads | old ns/elem | new ns/elem | new / old |")
-    print("|---|---|---|---|---|---|---|")
-    for kernel, n, t, backend in sorted({key[:4] for key in ns}):
-        o = statistics.median(ns.get((kernel, n, t, backend, "old"), [float("nan")]))
-        w = statistics.median(ns.get((kernel, n, t, backend, "new"), [float("nan")]))
-        print(f"| {kernel} | {backend} | {label_of(n)} | {t} | {o:.3f} | {w:.3f} | {w / o:.2f} |")
+            # The table so far after every round, so that a run cut short by a time limit still
+            # reports (the last table printed is the result).
+            print(f"after {run + 1} of {runs} runs:")
+            print("| kernel | backend | size | threads | old ns/elem | new ns/elem | new / old |")
+            print("|---|---|---|---|---|---|---|")
+            for kernel, n, t, backend in sorted({key[:4] for key in ns}):
+                o = statistics.median(ns.get((kernel, n, t, backend, "old"), [float("nan")]))
+                w = statistics.median(ns.get((kernel, n, t, backend, "new"), [float("nan")]))
+                print(f"| {kernel} | {backend} | {label_of(n)} | {t} | {o:.3f} | {w:.3f} | {w / o:.2f} |",
+                      flush=True)
 
 
 if __name__ == "__main__":
