@@ -1,8 +1,9 @@
 //! Times one of halfstep's optimizer steps the way `tools/peers_side_by_side.py` times the peers:
 //! the median over 5 batches of repeated steps, in ns per parameter. Storage as the peer rows:
-//! split weights + bf16 grads + f32 state (IPEX), or all f32 (`adamw_f32`, PyTorch's fused AdamW).
+//! split weights + bf16 grads + f32 state (IPEX's rows: `sgd`, `adagrad`, `adam`, `lamb`), or all f32
+//! (PyTorch's fused CPU rows: `sgd_f32`, `adagrad_f32`, `adam_f32`, `adamw_f32`).
 //!
-//! `cargo run --release --example step_timer -- <sgd|adagrad|adam|lamb|adamw_f32> <elements> <threads> [grain]`
+//! `cargo run --release --example step_timer -- <kernel> <elements> <threads> [grain]`
 //! (`STEP_TIMER_HANDOFF=1`: the steps are handed to a pool the timing thread is not in).
 
 use halfstep::{
@@ -14,7 +15,8 @@ use std::time::Instant;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: step_timer <sgd|adagrad|adam|lamb|adamw_f32> <elements> <threads> [grain]";
+    let usage = "usage: step_timer <sgd|adagrad|adam|lamb|sgd_f32|adagrad_f32|adam_f32|adamw_f32> \
+                 <elements> <threads> [grain]";
     let kernel = args.get(1).expect(usage).as_str();
     let n: usize = args.get(2).expect(usage).parse().expect(usage);
     let threads: usize = args.get(3).expect(usage).parse().expect(usage);
@@ -38,17 +40,35 @@ fn main() {
         None => th,
     };
     let e = Engine::global().unwrap();
+    // Buffers start 64-byte aligned, as PyTorch's tensors do (the peers' buffers); a `Vec` of
+    // 128 KiB or more starts 16 bytes past a page (glibc's mmap'd chunks). STEP_TIMER_OFFSET=B
+    // starts every buffer B bytes past a 64-byte boundary instead.
+    let offset: usize = std::env::var("STEP_TIMER_OFFSET").map_or(0, |s| s.parse().expect(usage));
     let w: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.618).sin() * 0.02).collect();
-    let g32: Vec<f32> = w.iter().map(|x| x * 0.05).collect();
-    let g16: Vec<bf16> = g32.iter().map(|&x| bf16::from_f32(x)).collect();
-    let (mut top, mut trail) = (vec![bf16::ZERO; n], vec![0u16; n]);
+    let g32v: Vec<f32> = w.iter().map(|x| x * 0.05).collect();
+    let g16v: Vec<bf16> = g32v.iter().map(|&x| bf16::from_f32(x)).collect();
+    let (mut top, mut trail) = (
+        Placed::new(bf16::ZERO, n, offset),
+        Placed::new(0u16, n, offset),
+    );
     halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
-    let (mut w32, mut s0, mut s1) = (w.clone(), vec![0f32; n], vec![0f32; n]);
+    let (mut g32, mut g16) = (
+        Placed::new(0f32, n, offset),
+        Placed::new(bf16::ZERO, n, offset),
+    );
+    g32.copy_from_slice(&g32v);
+    g16.copy_from_slice(&g16v);
+    let (g32, g16) = (&*g32, &*g16);
+    let mut w32 = Placed::new(0f32, n, offset);
+    w32.copy_from_slice(&w);
+    let (mut s0, mut s1) = (Placed::new(0f32, n, offset), Placed::new(0f32, n, offset));
     let mut ws = LambWorkspace::default();
     let ctx = StepContext::new(1, 1);
     let stream = TensorStream::new(0);
+    // `_f32` rows: f32 weights and grads; the others: split weights and bf16 grads.
+    let f32_row = kernel.ends_with("_f32");
     let mut step = || match kernel {
-        "sgd" => {
+        "sgd" | "sgd_f32" => {
             let cfg = SgdConfig {
                 lr: 0.01,
                 momentum: 0.9,
@@ -56,53 +76,38 @@ fn main() {
                 ..Default::default()
             };
             let mut t = [SgdTensor {
-                weights: Weights::Split {
-                    top: &mut top,
-                    trail: &mut trail,
-                },
-                grads: Grads::Bf16(&g16),
+                weights: weights(f32_row, &mut w32, &mut top, &mut trail),
+                grads: grads(f32_row, g32, g16),
                 momentum: Some(State::F32(&mut s0)),
                 stream,
             }];
             e.step_group(&cfg, &ctx, &mut t, &mut (), &th).unwrap();
         }
-        "adagrad" => {
+        "adagrad" | "adagrad_f32" => {
             let cfg = AdagradConfig {
                 lr: 0.01,
                 weight_decay: 1e-4,
                 ..Default::default()
             };
             let mut t = [AdagradTensor {
-                weights: Weights::Split {
-                    top: &mut top,
-                    trail: &mut trail,
-                },
-                grads: Grads::Bf16(&g16),
+                weights: weights(f32_row, &mut w32, &mut top, &mut trail),
+                grads: grads(f32_row, g32, g16),
                 sum: State::F32(&mut s0),
                 stream,
             }];
             e.step_group(&cfg, &ctx, &mut t, &mut (), &th).unwrap();
         }
-        "adam" | "adamw_f32" => {
-            let split = kernel == "adam";
+        "adam" | "adam_f32" | "adamw_f32" => {
+            // IPEX's adam_fused_step and PyTorch's _fused_adamw_ decouple the decay; the
+            // `adam_f32` row is PyTorch's _fused_adam_, which adds it to the gradient.
             let cfg = AdamConfig {
                 weight_decay: 1e-2,
-                ..AdamConfig::adamw(1e-2)
+                decoupled_weight_decay: kernel != "adam_f32",
+                ..AdamConfig::adam(1e-2)
             };
             let mut t = [AdamTensor {
-                weights: if split {
-                    Weights::Split {
-                        top: &mut top,
-                        trail: &mut trail,
-                    }
-                } else {
-                    Weights::F32(&mut w32)
-                },
-                grads: if split {
-                    Grads::Bf16(&g16)
-                } else {
-                    Grads::F32(&g32)
-                },
+                weights: weights(f32_row, &mut w32, &mut top, &mut trail),
+                grads: grads(f32_row, g32, g16),
                 exp_avg: State::F32(&mut s0),
                 exp_avg_sq: State::F32(&mut s1),
                 max_exp_avg_sq: None,
@@ -121,7 +126,7 @@ fn main() {
                     top: &mut top,
                     trail: &mut trail,
                 },
-                grads: Grads::Bf16(&g16),
+                grads: Grads::Bf16(g16),
                 exp_avg: State::F32(&mut s0),
                 exp_avg_sq: State::F32(&mut s1),
                 stream,
@@ -145,4 +150,56 @@ fn main() {
         .collect();
     times.sort_by(f64::total_cmp);
     println!("{:.4}", times[2] * 1e9 / n as f64);
+}
+
+/// `n` elements starting `offset` bytes past a 64-byte boundary, inside an over-allocated `Vec`.
+struct Placed<T> {
+    v: Vec<T>,
+    start: usize,
+    n: usize,
+}
+
+impl<T: Copy> Placed<T> {
+    fn new(x: T, n: usize, offset: usize) -> Placed<T> {
+        let size = std::mem::size_of::<T>();
+        assert!(offset.is_multiple_of(size) && offset < 64);
+        let v = vec![x; n + 128 / size];
+        let misalign = v.as_ptr() as usize % 64;
+        let start = ((64 - misalign) % 64 + offset) / size;
+        Placed { v, start, n }
+    }
+}
+
+impl<T> std::ops::Deref for Placed<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.v[self.start..self.start + self.n]
+    }
+}
+
+impl<T> std::ops::DerefMut for Placed<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.v[self.start..self.start + self.n]
+    }
+}
+
+fn weights<'a>(
+    f32_row: bool,
+    w32: &'a mut [f32],
+    top: &'a mut [bf16],
+    trail: &'a mut [u16],
+) -> Weights<'a> {
+    if f32_row {
+        Weights::F32(w32)
+    } else {
+        Weights::Split { top, trail }
+    }
+}
+
+fn grads<'a>(f32_row: bool, g32: &'a [f32], g16: &'a [bf16]) -> Grads<'a> {
+    if f32_row {
+        Grads::F32(g32)
+    } else {
+        Grads::Bf16(g16)
+    }
 }

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """halfstep next to the peers it replaces, in one session: IPEX's split-weight fused optimizer
-kernels and PyTorch's fused AdamW, each timed here (median of 5 batches, ns per parameter), and
-halfstep's equivalent step timed right after it by examples/step_timer.rs with the same schedule.
-Prints a markdown table with the ratio peer / halfstep (> 1: halfstep is faster).
+kernels and PyTorch's fused CPU optimizers (all f32), each timed here (median of 5 batches, ns per
+parameter), and halfstep's equivalent step timed right after it by examples/step_timer.rs with the
+same schedule. Prints a markdown table with the ratio peer / halfstep (> 1: halfstep is faster).
 
-Needs the peers' environment (`bash ../shared/bench/setup-peers.sh`; torch 2.8 + IPEX 2.8):
+Needs torch; the IPEX rows also need IPEX (`bash ../shared/bench/setup-peers.sh`: torch 2.8 + IPEX
+2.8). Without IPEX only the PyTorch rows run (the `device` hosts have torch but no IPEX).
   cargo build --release --example step_timer
   ~/.cache/halfstep-peers/bin/python tools/peers_side_by_side.py --threads 1 2 --sizes 65536 1048576 67108864 --runs 3
 With `--json FILE` the rows are also written to FILE for tools/bench_report.py (peer columns and plot marks).
+`--timer PATH` runs another step_timer binary (one built here and carried to another machine).
 """
 import argparse
 import json
@@ -20,7 +22,12 @@ import warnings
 
 warnings.filterwarnings("ignore")
 import torch  # noqa: E402
-import intel_extension_for_pytorch  # noqa: E402,F401  (registers torch.ops.torch_ipex)
+
+try:
+    import intel_extension_for_pytorch  # noqa: E402,F401  (registers torch.ops.torch_ipex)
+    HAVE_IPEX = True
+except ImportError:
+    HAVE_IPEX = False
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMER = os.path.join(ROOT, "target", "release", "examples", "step_timer")
@@ -40,9 +47,35 @@ def median_ns_per_param(fn, n):
 
 def peers(n):
     """(halfstep kernel, peer name, peer step) for each row, with the peer's buffers made here."""
-    ops = torch.ops.torch_ipex
     w = torch.randn(n) * 0.02
     g32 = w * 0.05
+    rows = ipex_rows(n, w, g32) if HAVE_IPEX else []
+    # PyTorch's fused CPU kernels (torch.optim's fused=True), all f32: halfstep's `_f32` rows.
+    w1, b1 = w.clone(), torch.zeros(n)
+    rows.append(("sgd_f32", "torch._fused_sgd_ (f32, momentum)",
+                 lambda: torch._fused_sgd_([w1], [g32], [b1], weight_decay=1e-4, momentum=0.9, lr=0.01,
+                                           dampening=0.0, nesterov=False, maximize=False,
+                                           is_first_step=False)))
+    w2, s2, st2 = w.clone(), torch.zeros(n), torch.tensor(1.0)
+    rows.append(("adagrad_f32", "torch._fused_adagrad_ (f32)",
+                 lambda: torch._fused_adagrad_([w2], [g32], [s2], [st2], lr=0.01, lr_decay=0.0,
+                                               weight_decay=1e-4, eps=1e-10, maximize=False)))
+    w3, m3, v3, st3 = w.clone(), torch.zeros(n), torch.zeros(n), torch.tensor(1.0)
+    rows.append(("adam_f32", "torch._fused_adam_ (f32)",
+                 lambda: torch._fused_adam_([w3], [g32], [m3], [v3], [], [st3], amsgrad=False, lr=1e-2,
+                                            beta1=0.9, beta2=0.999, weight_decay=1e-2, eps=1e-8,
+                                            maximize=False)))
+    w5, m5, v5, st5 = w.clone(), torch.zeros(n), torch.zeros(n), torch.tensor(1.0)
+    rows.append(("adamw_f32", "torch._fused_adamw_ (f32)",
+                 lambda: torch._fused_adamw_([w5], [g32], [m5], [v5], [], [st5], amsgrad=False, lr=1e-2,
+                                             beta1=0.9, beta2=0.999, weight_decay=1e-2, eps=1e-8,
+                                             maximize=False)))
+    return rows
+
+
+def ipex_rows(n, w, g32):
+    """IPEX's split-weight rows: bf16 top + trail weights, bf16 grads, f32 state."""
+    ops = torch.ops.torch_ipex
     g16 = g32.bfloat16()
 
     def split():
@@ -66,16 +99,11 @@ def peers(n):
     m4, v4 = torch.zeros(n), torch.zeros(n)
     rows.append(("lamb", "IPEX lamb_fused_step (split, bf16 grad)",
                  lambda: ops.lamb_fused_step(top4, m4, v4, g16, trail4, 1, 0.9, 0.999, 0.01, 1e-4, 1e-6)))
-    w5, m5, v5, st5 = w.clone(), torch.zeros(n), torch.zeros(n), torch.tensor(1.0)
-    rows.append(("adamw_f32", "torch._fused_adamw_ (f32)",
-                 lambda: torch._fused_adamw_([w5], [g32], [m5], [v5], [], [st5], amsgrad=False, lr=1e-2,
-                                             beta1=0.9, beta2=0.999, weight_decay=1e-2, eps=1e-8,
-                                             maximize=False)))
     return rows
 
 
-def ours(kernel, n, threads):
-    out = subprocess.run([TIMER, kernel, str(n), str(threads)], capture_output=True, text=True, check=True)
+def ours(timer, kernel, n, threads):
+    out = subprocess.run([timer, kernel, str(n), str(threads)], capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
 
 
@@ -85,7 +113,9 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[1 << 16, 1 << 20, 1 << 26])
     ap.add_argument("--runs", type=int, default=1,
                     help="sweep this many times back to back; each cell is the median over the runs")
-    ap.add_argument("--kernels", nargs="+", help="only these rows (sgd adagrad adam lamb adamw_f32)")
+    ap.add_argument("--kernels", nargs="+",
+                    help="only these rows (sgd adagrad adam lamb: IPEX; sgd_f32 adagrad_f32 adam_f32 adamw_f32)")
+    ap.add_argument("--timer", default=TIMER, help="the step_timer binary (default: this tree's release build)")
     ap.add_argument("--json", help="also write the rows to this file")
     a = ap.parse_args()
     cells = {}  # (threads, elements, kernel) -> (peer name, [peer ns], [halfstep ns])
@@ -97,7 +127,7 @@ def main():
                     if a.kernels and kernel not in a.kernels:
                         continue
                     p = median_ns_per_param(step, n)
-                    h = ours(kernel, n, t)
+                    h = ours(a.timer, kernel, n, t)
                     print(f"run {run + 1}: {kernel} {n} {t}T peer {p:.3f} halfstep {h:.3f} ({p / h:.2f}x)",
                           file=sys.stderr, flush=True)
                     c = cells.setdefault((t, n, kernel), (name, [], []))

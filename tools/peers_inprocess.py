@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""halfstep and PyTorch's fused CPU optimizers alternated in one process, on torch-allocated buffers.
+
+tools/peers_side_by_side.py times halfstep in a separate process right after each peer; on a shared
+host whose speed drifts by tens of percent from one second to the next, that puts the drift into the
+ratio. Here one Python process owns both sides' buffers (torch tensors: same allocator, same 64-byte
+alignment) and alternates a batch of peer steps with a batch of halfstep steps (through the C ABI,
+ctypes, arguments built once) `--alternations` times. Each side's figure is the median of its batches;
+the ratio is the median of the per-alternation ratios peer / halfstep (> 1: halfstep is faster).
+Rows are the all-f32 ones PyTorch has: sgd_f32 (momentum), adagrad_f32, adam_f32, adamw_f32.
+
+  cargo build --release --features capi
+  python tools/peers_inprocess.py --threads 1 2 --sizes 65536 1048576 67108864 [--lib PATH] [--json FILE]
+
+halfstep's pools have the calling thread in them (hs_threads_calling_thread), as OpenMP's team has
+its master; a thread's pool keeps its size, so with more than one count above 1 each count runs in a
+process of its own (its own table; `--json FILE` then writes FILE.<threads>).
+
+halfstep's overhead per call through ctypes (printed: ~3 us on a Zen 1 VM, against ~0.2 us for the
+same call from Rust) is counted in its figures, as PyTorch's dispatch is in the peer's.
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+warnings.filterwarnings("ignore")
+import torch  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import halfstep as hs  # noqa: E402  (the ctypes structs and the loaded library)
+
+
+def ptr(t):
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def f32(t):
+    return hs.Buffer(hs.HS_F32, 0, ptr(t), None)
+
+
+NONE = hs.Buffer(hs.HS_F32, 0, None, None)
+
+
+class Row:
+    """One update: the peer's step and halfstep's step on buffers of their own."""
+
+    def __init__(self, kernel, n, pool):
+        lib = hs.library()
+        w = torch.randn(n) * 0.02
+        self.g = w * 0.05
+        self.kernel, self.n, self.pool = kernel, n, pool
+        self.ctx = hs.StepContext(1, 1, hs.HS_REPLICA_IDENTICAL)
+        self.ctx_ref = ctypes.byref(self.ctx)
+        self.hw = w.clone()
+        self.hs_states = [torch.zeros(n) for _ in range(2)]
+        states = [NONE, NONE, NONE]
+        pw, s = w.clone(), [torch.zeros(n), torch.zeros(n)]
+        step_t = torch.tensor(1.0)
+        g = self.g
+        if kernel == "sgd_f32":
+            self.peer_name = "torch._fused_sgd_ (f32, momentum)"
+            self.peer = lambda: torch._fused_sgd_([pw], [g], [s[0]], weight_decay=1e-4, momentum=0.9, lr=0.01,
+                                                  dampening=0.0, nesterov=False, maximize=False,
+                                                  is_first_step=False)
+            cfg, fn = hs.SgdConfig(0.01, 0.9, 0.0, 1e-4, 0, 0), lib.hs_sgd_step
+            states[0] = f32(self.hs_states[0])
+        elif kernel == "adagrad_f32":
+            self.peer_name = "torch._fused_adagrad_ (f32)"
+            self.peer = lambda: torch._fused_adagrad_([pw], [g], [s[1]], [step_t], lr=0.01, lr_decay=0.0,
+                                                      weight_decay=1e-4, eps=1e-10, maximize=False)
+            cfg, fn = hs.AdagradConfig(0.01, 0.0, 1e-4, 1e-10, 0.0, 0), lib.hs_adagrad_step
+            states[0] = f32(self.hs_states[1])
+        elif kernel in ("adam_f32", "adamw_f32"):
+            decoupled = kernel == "adamw_f32"
+            peer = torch._fused_adamw_ if decoupled else torch._fused_adam_
+            self.peer_name = f"torch.{peer.__name__} (f32)"
+            self.peer = lambda: peer([pw], [g], [s[0]], [s[1]], [], [step_t], amsgrad=False, lr=1e-2,
+                                     beta1=0.9, beta2=0.999, weight_decay=1e-2, eps=1e-8, maximize=False)
+            cfg, fn = hs.AdamConfig(1e-2, 0.9, 0.999, 1e-8, 1e-2, int(decoupled), 0, 0), lib.hs_adam_step
+            states[0], states[1] = f32(self.hs_states[0]), f32(self.hs_states[1])
+        else:
+            raise ValueError(kernel)
+        self.cfg = cfg
+        self.arr = (hs.Tensor * 1)(hs.Tensor(n, f32(self.hw), f32(g), (hs.Buffer * 3)(*states), 0, 0))
+        # Arguments built once and the step number fixed (every step does the same work): the
+        # call is one ctypes call, its overhead printed by `call_overhead`.
+        cfg_ref, ctx_ref, arr = ctypes.byref(cfg), self.ctx_ref, self.arr
+        hs._check(fn(cfg_ref, ctx_ref, arr, 1, pool), kernel)
+        self.ours = lambda: fn(cfg_ref, ctx_ref, arr, 1, pool)
+
+
+def batch(fn, reps):
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t) / reps
+
+
+def call_overhead(pool):
+    """us per halfstep call through ctypes on a 16-element SGD step (the kernel itself: ~0.1 us)."""
+    r = Row("sgd_f32", 16, pool)
+    return min(batch(r.ours, 20000) for _ in range(5)) * 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1 << 16, 1 << 20, 1 << 26])
+    ap.add_argument("--kernels", nargs="+", default=["sgd_f32", "adagrad_f32", "adam_f32", "adamw_f32"])
+    ap.add_argument("--alternations", type=int, default=7)
+    ap.add_argument("--lib", help="libhalfstep.so (default: $HALFSTEP_LIB or target/release)")
+    ap.add_argument("--json", help="also write the rows to this file")
+    a = ap.parse_args()
+    if a.lib:
+        os.environ["HALFSTEP_LIB"] = a.lib
+    pooled = [t for t in a.threads if t > 1]
+    if len(pooled) > 1:
+        # A thread's own pool has one size for the thread's life (hs_threads_calling_thread): one
+        # process per thread count above 1, each with its own table.
+        for t in a.threads:
+            args = [x for x in sys.argv[1:]]
+            i = args.index("--threads")
+            j = i + 1
+            while j < len(args) and not args[j].startswith("--"):
+                j += 1
+            args[i:j] = ["--threads", str(t)]
+            if a.json:
+                k = args.index("--json")
+                args[k + 1] = f"{a.json}.{t}"
+            subprocess.run([sys.executable, os.path.abspath(__file__)] + args, check=True)
+        return
+    lib = hs.library()
+    one = lib.hs_threads_new(1)
+    overhead = call_overhead(ctypes.c_void_p(one))
+    lib.hs_threads_free(ctypes.c_void_p(one))
+    print(f"torch {torch.__version__}, halfstep {lib.hs_version().decode()} backend {lib.hs_backend().decode()}, "
+          f"{a.alternations} alternations; halfstep's ctypes call: {overhead:.2f} us on a 16-element step, "
+          "counted in its figures\n")
+    print("| kernel | peer | elements | threads | peer ns/param | halfstep ns/param | peer / halfstep "
+          "(median of ratios; min–max) |")
+    print("|---|---|---|---|---|---|---|")
+    rows = []
+    for t in a.threads:
+        torch.set_num_threads(t)
+        pool = lib.hs_threads_new(1) if t == 1 else lib.hs_threads_calling_thread(t)
+        if not pool:
+            raise SystemExit(f"hs_threads: {lib.hs_last_error().decode()}")
+        for n in a.sizes:
+            reps = max(3, min(200, int(2e8 // n)))
+            for kernel in a.kernels:
+                r = Row(kernel, n, ctypes.c_void_p(pool))
+                r.peer()
+                r.ours()
+                ps, hs_ = [], []
+                for _ in range(a.alternations):
+                    ps.append(batch(r.peer, reps) * 1e9 / n)
+                    hs_.append(batch(r.ours, reps) * 1e9 / n)
+                ratios = sorted(p / h for p, h in zip(ps, hs_))
+                p, h = statistics.median(ps), statistics.median(hs_)
+                print(f"| {kernel} | {r.peer_name} | {n} | {t} | {p:.3f} | {h:.3f} | "
+                      f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}–{ratios[-1]:.2f}) |", flush=True)
+                rows.append({"kernel": kernel, "peer": r.peer_name, "elements": n, "threads": t, "peer_ns": p,
+                             "halfstep_ns": h, "ratios": ratios})
+                del r
+        lib.hs_threads_free(ctypes.c_void_p(pool))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"torch": torch.__version__, "alternations": a.alternations, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
