@@ -51,17 +51,37 @@ NONE = hs.Buffer(hs.HS_F32, 0, None, None)
 class Row:
     """One update: the peer's step and halfstep's step on buffers of their own."""
 
-    def __init__(self, kernel, n, pool):
+    def __init__(self, kernel, n, pool, swap=False, alloc="torch"):
         lib = hs.library()
         w = torch.randn(n) * 0.02
-        self.g = w * 0.05
         self.kernel, self.n, self.pool = kernel, n, pool
         self.ctx = hs.StepContext(1, 1, hs.HS_REPLICA_IDENTICAL)
         self.ctx_ref = ctypes.byref(self.ctx)
-        self.hw = w.clone()
-        self.hs_states = [torch.zeros(n) for _ in range(2)]
+        if alloc == "numpy":
+            # numpy's allocator (malloc: 16 bytes past a page for large arrays), shared with torch.
+            import numpy as np
+
+            def copy(t):
+                return torch.from_numpy(t.numpy().copy())
+
+            def zeros():
+                return torch.from_numpy(np.zeros(n, np.float32))
+        else:
+            def copy(t):
+                return t.clone()
+
+            def zeros():
+                return torch.zeros(n)
+        self.g = copy(w * 0.05)
+        self.hw = copy(w)
+        self.hs_states = [zeros() for _ in range(2)]
         states = [NONE, NONE, NONE]
-        pw, s = w.clone(), [torch.zeros(n), torch.zeros(n)]
+        pw, s = copy(w), [zeros(), zeros()]
+        if swap:
+            # Each side steps the buffers allocated for the other: tells an effect of where the
+            # buffers landed from one of the code.
+            self.hw, pw = pw, self.hw
+            self.hs_states, s = s, self.hs_states
         step_t = torch.tensor(1.0)
         g = self.g
         if kernel == "sgd_f32":
@@ -116,6 +136,9 @@ def main():
     ap.add_argument("--kernels", nargs="+", default=["sgd_f32", "adagrad_f32", "adam_f32", "adamw_f32"])
     ap.add_argument("--alternations", type=int, default=7)
     ap.add_argument("--lib", help="libhalfstep.so (default: $HALFSTEP_LIB or target/release)")
+    ap.add_argument("--swap", action="store_true", help="each side steps the buffers allocated for the other")
+    ap.add_argument("--alloc", choices=["torch", "numpy"], default="torch",
+                    help="who allocates both sides' buffers (torch: 64-byte aligned)")
     ap.add_argument("--json", help="also write the rows to this file")
     a = ap.parse_args()
     if a.lib:
@@ -155,7 +178,7 @@ def main():
         for n in a.sizes:
             reps = max(3, min(200, int(2e8 // n)))
             for kernel in a.kernels:
-                r = Row(kernel, n, ctypes.c_void_p(pool))
+                r = Row(kernel, n, ctypes.c_void_p(pool), a.swap, a.alloc)
                 r.peer()
                 r.ours()
                 ps, hs_ = [], []
