@@ -35,6 +35,7 @@ import torch  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import halfstep as hs  # noqa: E402  (the ctypes structs and the loaded library)
+from peers_side_by_side import torch_f32_step  # noqa: E402  (the peer rows, written once)
 
 
 def ptr(t):
@@ -78,31 +79,21 @@ class Row:
         states = [NONE, NONE, NONE]
         pw, s = copy(w), [zeros(), zeros()]
         if swap:
-            # Each side steps the buffers allocated for the other: tells an effect of where the
-            # buffers landed from one of the code.
+            # Each side steps the buffers allocated for the other: an effect of where the buffers
+            # landed then moves to the other side, an effect of the code stays.
             self.hw, pw = pw, self.hw
             self.hs_states, s = s, self.hs_states
-        step_t = torch.tensor(1.0)
         g = self.g
+        self.peer_name, self.peer = torch_f32_step(kernel, pw, g, s[0], s[1])
+        # halfstep's row with step_timer's hyperparameters (the peer's above).
         if kernel == "sgd_f32":
-            self.peer_name = "torch._fused_sgd_ (f32, momentum)"
-            self.peer = lambda: torch._fused_sgd_([pw], [g], [s[0]], weight_decay=1e-4, momentum=0.9, lr=0.01,
-                                                  dampening=0.0, nesterov=False, maximize=False,
-                                                  is_first_step=False)
             cfg, fn = hs.SgdConfig(0.01, 0.9, 0.0, 1e-4, 0, 0), lib.hs_sgd_step
             states[0] = f32(self.hs_states[0])
         elif kernel == "adagrad_f32":
-            self.peer_name = "torch._fused_adagrad_ (f32)"
-            self.peer = lambda: torch._fused_adagrad_([pw], [g], [s[1]], [step_t], lr=0.01, lr_decay=0.0,
-                                                      weight_decay=1e-4, eps=1e-10, maximize=False)
             cfg, fn = hs.AdagradConfig(0.01, 0.0, 1e-4, 1e-10, 0.0, 0), lib.hs_adagrad_step
             states[0] = f32(self.hs_states[1])
         elif kernel in ("adam_f32", "adamw_f32"):
             decoupled = kernel == "adamw_f32"
-            peer = torch._fused_adamw_ if decoupled else torch._fused_adam_
-            self.peer_name = f"torch.{peer.__name__} (f32)"
-            self.peer = lambda: peer([pw], [g], [s[0]], [s[1]], [], [step_t], amsgrad=False, lr=1e-2,
-                                     beta1=0.9, beta2=0.999, weight_decay=1e-2, eps=1e-8, maximize=False)
             cfg, fn = hs.AdamConfig(1e-2, 0.9, 0.999, 1e-8, 1e-2, int(decoupled), 0, 0), lib.hs_adam_step
             states[0], states[1] = f32(self.hs_states[0]), f32(self.hs_states[1])
         else:

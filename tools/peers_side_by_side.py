@@ -51,26 +51,34 @@ def peers(n):
     g32 = w * 0.05
     rows = ipex_rows(n, w, g32) if HAVE_IPEX else []
     # PyTorch's fused CPU kernels (torch.optim's fused=True), all f32: halfstep's `_f32` rows.
-    w1, b1 = w.clone(), torch.zeros(n)
-    rows.append(("sgd_f32", "torch._fused_sgd_ (f32, momentum)",
-                 lambda: torch._fused_sgd_([w1], [g32], [b1], weight_decay=1e-4, momentum=0.9, lr=0.01,
-                                           dampening=0.0, nesterov=False, maximize=False,
-                                           is_first_step=False)))
-    w2, s2, st2 = w.clone(), torch.zeros(n), torch.tensor(1.0)
-    rows.append(("adagrad_f32", "torch._fused_adagrad_ (f32)",
-                 lambda: torch._fused_adagrad_([w2], [g32], [s2], [st2], lr=0.01, lr_decay=0.0,
-                                               weight_decay=1e-4, eps=1e-10, maximize=False)))
-    w3, m3, v3, st3 = w.clone(), torch.zeros(n), torch.zeros(n), torch.tensor(1.0)
-    rows.append(("adam_f32", "torch._fused_adam_ (f32)",
-                 lambda: torch._fused_adam_([w3], [g32], [m3], [v3], [], [st3], amsgrad=False, lr=1e-2,
-                                            beta1=0.9, beta2=0.999, weight_decay=1e-2, eps=1e-8,
-                                            maximize=False)))
-    w5, m5, v5, st5 = w.clone(), torch.zeros(n), torch.zeros(n), torch.tensor(1.0)
-    rows.append(("adamw_f32", "torch._fused_adamw_ (f32)",
-                 lambda: torch._fused_adamw_([w5], [g32], [m5], [v5], [], [st5], amsgrad=False, lr=1e-2,
-                                             beta1=0.9, beta2=0.999, weight_decay=1e-2, eps=1e-8,
-                                             maximize=False)))
+    for kernel in TORCH_F32_ROWS:
+        name, step = torch_f32_step(kernel, w.clone(), g32, torch.zeros(n), torch.zeros(n))
+        rows.append((kernel, name, step))
     return rows
+
+
+TORCH_F32_ROWS = ("sgd_f32", "adagrad_f32", "adam_f32", "adamw_f32")
+
+
+def torch_f32_step(kernel, w, g, s0, s1):
+    """(peer name, step) of PyTorch's fused kernel for halfstep's `kernel` row on these f32 buffers,
+    with step_timer's hyperparameters: `s0` is the momentum / first moment, `s1` the Adagrad sum /
+    second moment."""
+    step_t = torch.tensor(1.0)
+    if kernel == "sgd_f32":
+        return ("torch._fused_sgd_ (f32, momentum)",
+                lambda: torch._fused_sgd_([w], [g], [s0], weight_decay=1e-4, momentum=0.9, lr=0.01,
+                                          dampening=0.0, nesterov=False, maximize=False, is_first_step=False))
+    if kernel == "adagrad_f32":
+        return ("torch._fused_adagrad_ (f32)",
+                lambda: torch._fused_adagrad_([w], [g], [s1], [step_t], lr=0.01, lr_decay=0.0,
+                                              weight_decay=1e-4, eps=1e-10, maximize=False))
+    if kernel in ("adam_f32", "adamw_f32"):
+        fused = torch._fused_adamw_ if kernel == "adamw_f32" else torch._fused_adam_
+        return (f"torch.{fused.__name__} (f32)",
+                lambda: fused([w], [g], [s0], [s1], [], [step_t], amsgrad=False, lr=1e-2, beta1=0.9,
+                              beta2=0.999, weight_decay=1e-2, eps=1e-8, maximize=False))
+    raise ValueError(kernel)
 
 
 def ipex_rows(n, w, g32):
