@@ -47,6 +47,43 @@ pub(crate) trait ChunkBody<V: Simd> {
     /// Prefetches ahead of the full chunk at local offset `off`.
     #[inline(always)]
     unsafe fn prefetch(&mut self, _off: isize) {}
+    /// Runs the full chunks from local offset `off` (global index `e`) up to global index `end`
+    /// in order, prefetching before each where [`ChunkBody::prefetching`]: [`ChunkBody::full`]
+    /// one after another, unless the body overlaps them.
+    #[inline(always)]
+    unsafe fn full_run(&mut self, off: isize, e: u64, end: u64) {
+        unsafe { full_run_plain::<V, Self>(self, off, e, end) }
+    }
+}
+
+/// [`ChunkBody::full_run`]'s default: `full` chunk after chunk.
+#[inline(always)]
+pub(crate) unsafe fn full_run_plain<V: Simd, B: ChunkBody<V> + ?Sized>(
+    body: &mut B,
+    mut off: isize,
+    mut e: u64,
+    end: u64,
+) {
+    unsafe {
+        let l = V::LANES as u64;
+        // Two copies of the loop: a test per chunk cost two instructions per chunk where
+        // prefetching is off (LLVM did not unswitch it), and only this loop, not the whole
+        // kernel, is worth duplicating.
+        if body.prefetching() {
+            while e < end {
+                body.prefetch(off);
+                body.full(off, e);
+                off += V::LANES as isize;
+                e += l;
+            }
+        } else {
+            while e < end {
+                body.full(off, e);
+                off += V::LANES as isize;
+                e += l;
+            }
+        }
+    }
 }
 
 /// Runs `body` over the `LANES`-aligned chunks covering global indices `base .. base + n`, in
@@ -79,25 +116,7 @@ pub(crate) unsafe fn run_chunks<V: Simd, B: ChunkBody<V>>(base: u64, n: usize, b
         if first_full > base {
             body.partial(&chunk(first_full - l));
         }
-        let mut off = (first_full - base) as isize;
-        let mut e = first_full;
-        // Two copies of the loop: a test per chunk cost two instructions per chunk where
-        // prefetching is off (LLVM did not unswitch it), and only this loop, not the whole
-        // kernel, is worth duplicating.
-        if body.prefetching() {
-            while e < last_full_end {
-                body.prefetch(off);
-                body.full(off, e);
-                off += V::LANES as isize;
-                e += l;
-            }
-        } else {
-            while e < last_full_end {
-                body.full(off, e);
-                off += V::LANES as isize;
-                e += l;
-            }
-        }
+        body.full_run((first_full - base) as isize, first_full, last_full_end);
         if last_full_end < end {
             body.partial(&chunk(last_full_end));
         }

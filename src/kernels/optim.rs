@@ -2,7 +2,7 @@
 //! storage kind handled by the shared load/store below.
 
 use super::round::{canonicalize, from_bf16, to_bf16};
-use super::{Chunk, ChunkBody, GroupBits, Stage, run_chunks, stage_in, stage_out};
+use super::{Chunk, ChunkBody, GroupBits, Stage, full_run_plain, run_chunks, stage_in, stage_out};
 use crate::arch::Simd;
 use crate::optim::{
     AdagradConsts, AdagradTensor, AdamConsts, AdamTensor, LambConsts, LambTensor, SgdConsts,
@@ -545,8 +545,17 @@ unsafe fn process<V: Simd, L: Layout<V>, O: ElementOp<V>>(
     off: isize,
     e: u64,
 ) {
+    unsafe { finish::<V, L, O>(op, b, c, load_vals::<V, L, O>(c, off), off, e) }
+}
+
+/// The values of the chunk at `off` that `O` reads (zero for the states it does not).
+#[inline(always)]
+unsafe fn load_vals<V: Simd, L: Layout<V>, O: ElementOp<V>>(
+    c: &ChunkBufs<V, L>,
+    off: isize,
+) -> Vals<V> {
     unsafe {
-        let mut v = Vals {
+        Vals {
             p: c.w.load(off),
             g: c.g.load(off),
             s: [
@@ -566,7 +575,21 @@ unsafe fn process<V: Simd, L: Layout<V>, O: ElementOp<V>>(
                     V::splat(0.0)
                 },
             ],
-        };
+        }
+    }
+}
+
+/// Applies `op` to the chunk's values `v` (loaded from `off`) and stores what the op writes.
+#[inline(always)]
+unsafe fn finish<V: Simd, L: Layout<V>, O: ElementOp<V>>(
+    op: &mut O,
+    b: &mut Bufs<V, L>,
+    c: &ChunkBufs<V, L>,
+    mut v: Vals<V>,
+    off: isize,
+    e: u64,
+) {
+    unsafe {
         op.apply(&mut v, e, b);
         // NaN canonicalisation (SPEC.md §5) for the whole chunk at once: an unordered compare
         // per pair of stored vectors and one test, the blends only when some lane is NaN
@@ -677,6 +700,46 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     #[inline(always)]
     fn prefetching(&self) -> bool {
         self.prefetch
+    }
+
+    /// Full chunks overlapped where [`Simd::OVERLAP_CHUNKS`]: each chunk's loads are issued
+    /// before the previous chunk's stores. Why: tensors allocated one after another (glibc's
+    /// heap, and so PyTorch's) lie their size plus 64 bytes apart. Where that size is a multiple
+    /// of 1 MiB, a load from one buffer falls one chunk after a store to the buffer allocated
+    /// after it, at an address equal modulo 1 MiB, and on Sapphire Rapids the in-order loop ran
+    /// 2-3x slower (BENCHMARKS.md, "Buffers 64 bytes past a multiple of 1 MiB"). The bits are
+    /// the same: a chunk still reads only its own elements, and a call's buffers never overlap.
+    #[inline(always)]
+    unsafe fn full_run(&mut self, mut off: isize, mut e: u64, end: u64) {
+        unsafe {
+            let l = V::LANES as u64;
+            if !V::OVERLAP_CHUNKS || end - e < 2 * l {
+                return full_run_plain::<V, Self>(self, off, e, end);
+            }
+            let last = end - l;
+            let mut v = load_vals::<V, L, O>(&self.c, off);
+            // Two copies of the loop, as in `full_run_plain`.
+            if self.prefetch {
+                while e < last {
+                    self.prefetch(off);
+                    let next = load_vals::<V, L, O>(&self.c, off + V::LANES as isize);
+                    finish::<V, L, O>(self.op, self.b, &self.c, v, off, e);
+                    v = next;
+                    off += V::LANES as isize;
+                    e += l;
+                }
+                self.prefetch(off);
+            } else {
+                while e < last {
+                    let next = load_vals::<V, L, O>(&self.c, off + V::LANES as isize);
+                    finish::<V, L, O>(self.op, self.b, &self.c, v, off, e);
+                    v = next;
+                    off += V::LANES as isize;
+                    e += l;
+                }
+            }
+            finish::<V, L, O>(self.op, self.b, &self.c, v, off, e);
+        }
     }
 
     #[inline(always)]

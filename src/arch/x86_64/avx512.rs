@@ -153,6 +153,7 @@ impl Simd for Avx512 {
         }
     }
     const HAS_PREFETCH: bool = true;
+    const OVERLAP_CHUNKS: bool = true;
     #[inline(always)]
     unsafe fn prefetch(p: *const u8) {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
