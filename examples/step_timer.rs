@@ -5,6 +5,12 @@
 //!
 //! `cargo run --release --example step_timer -- <kernel> <elements> <threads> [grain]`
 //! (`STEP_TIMER_HANDOFF=1`: the steps are handed to a pool the timing thread is not in).
+//!
+//! Where the buffers start: 64-byte aligned, as PyTorch's tensors; `STEP_TIMER_OFFSET=B` starts
+//! every buffer B bytes past a 64-byte boundary (split cache lines), and
+//! `STEP_TIMER_PAGE_OFFSETS=W,G,S0,S1` starts the weights, grads and the two states at those byte
+//! offsets within a 4 KiB page (where a load may falsely wait on an earlier store to another
+//! buffer whose address has the same low 12 bits: "4K aliasing").
 
 use halfstep::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Engine, Grads, LambConfig, LambTensor,
@@ -41,27 +47,40 @@ fn main() {
     };
     let e = Engine::global().unwrap();
     // Buffers start 64-byte aligned, as PyTorch's tensors do (the peers' buffers); a `Vec` of
-    // 128 KiB or more starts 16 bytes past a page (glibc's mmap'd chunks). STEP_TIMER_OFFSET=B
-    // starts every buffer B bytes past a 64-byte boundary instead.
+    // 128 KiB or more starts 16 bytes past a page (glibc's mmap'd chunks).
     let offset: usize = std::env::var("STEP_TIMER_OFFSET").map_or(0, |s| s.parse().expect(usage));
+    let page: Option<Vec<usize>> = std::env::var("STEP_TIMER_PAGE_OFFSETS").ok().map(|s| {
+        let v: Vec<usize> = s.split(',').map(|x| x.parse().expect(usage)).collect();
+        assert_eq!(
+            v.len(),
+            4,
+            "STEP_TIMER_PAGE_OFFSETS=W,G,S0,S1 (bytes within a page)"
+        );
+        v
+    });
+    // Where buffer `k` (0 weights, 1 grads, 2 and 3 the states) starts.
+    let at = |k: usize| match &page {
+        Some(v) => Place::InPage(v[k]),
+        None => Place::PastLine(offset),
+    };
     let w: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.618).sin() * 0.02).collect();
     let g32v: Vec<f32> = w.iter().map(|x| x * 0.05).collect();
     let g16v: Vec<bf16> = g32v.iter().map(|&x| bf16::from_f32(x)).collect();
     let (mut top, mut trail) = (
-        Placed::new(bf16::ZERO, n, offset),
-        Placed::new(0u16, n, offset),
+        Placed::new(bf16::ZERO, n, at(0)),
+        Placed::new(0u16, n, at(0)),
     );
     halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
     let (mut g32, mut g16) = (
-        Placed::new(0f32, n, offset),
-        Placed::new(bf16::ZERO, n, offset),
+        Placed::new(0f32, n, at(1)),
+        Placed::new(bf16::ZERO, n, at(1)),
     );
     g32.copy_from_slice(&g32v);
     g16.copy_from_slice(&g16v);
     let (g32, g16) = (&*g32, &*g16);
-    let mut w32 = Placed::new(0f32, n, offset);
+    let mut w32 = Placed::new(0f32, n, at(0));
     w32.copy_from_slice(&w);
-    let (mut s0, mut s1) = (Placed::new(0f32, n, offset), Placed::new(0f32, n, offset));
+    let (mut s0, mut s1) = (Placed::new(0f32, n, at(2)), Placed::new(0f32, n, at(3)));
     let mut ws = LambWorkspace::default();
     let ctx = StepContext::new(1, 1);
     let stream = TensorStream::new(0);
@@ -152,7 +171,15 @@ fn main() {
     println!("{:.4}", times[2] * 1e9 / n as f64);
 }
 
-/// `n` elements starting `offset` bytes past a 64-byte boundary, inside an over-allocated `Vec`.
+/// Where a buffer starts: `PastLine(b)`, `b` bytes past a 64-byte boundary; `InPage(b)`, `b`
+/// bytes past a 4 KiB boundary.
+#[derive(Clone, Copy)]
+enum Place {
+    PastLine(usize),
+    InPage(usize),
+}
+
+/// `n` elements starting at a chosen [`Place`], inside an over-allocated `Vec`.
 struct Placed<T> {
     v: Vec<T>,
     start: usize,
@@ -160,12 +187,16 @@ struct Placed<T> {
 }
 
 impl<T: Copy> Placed<T> {
-    fn new(x: T, n: usize, offset: usize) -> Placed<T> {
+    fn new(x: T, n: usize, place: Place) -> Placed<T> {
         let size = std::mem::size_of::<T>();
-        assert!(offset.is_multiple_of(size) && offset < 64);
-        let v = vec![x; n + 128 / size];
-        let misalign = v.as_ptr() as usize % 64;
-        let start = ((64 - misalign) % 64 + offset) / size;
+        let (align, offset) = match place {
+            Place::PastLine(b) => (64, b),
+            Place::InPage(b) => (4096, b),
+        };
+        assert!(offset.is_multiple_of(size) && offset < align);
+        let v = vec![x; n + 2 * align / size];
+        let misalign = v.as_ptr() as usize % align;
+        let start = ((align - misalign) % align + offset) / size;
         Placed { v, start, n }
     }
 }

@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""halfstep and PyTorch's fused CPU optimizers alternated in one process, on torch-allocated buffers.
+"""halfstep and PyTorch's fused CPU optimizers alternated in one process, on torch tensors.
 
 tools/peers_side_by_side.py times halfstep in a separate process right after each peer; on a shared
 host whose speed drifts by tens of percent from one second to the next, that puts the drift into the
-ratio. Here one Python process owns both sides' buffers (torch tensors: same allocator, same 64-byte
-alignment) and alternates a batch of peer steps with a batch of halfstep steps (through the C ABI,
-ctypes, arguments built once) `--alternations` times. Each side's figure is the median of its batches;
+ratio. Here one Python process owns both sides' buffers (torch tensors) and alternates a batch of
+peer steps with a batch of halfstep steps (through the C ABI, ctypes, arguments built once)
+`--alternations` times. Each side's figure is the median of its batches;
 the ratio is the median of the per-alternation ratios peer / halfstep (> 1: halfstep is faster).
 Rows are the all-f32 ones PyTorch has: sgd_f32 (momentum), adagrad_f32, adam_f32, adamw_f32.
 
   cargo build --release --features capi
   python tools/peers_inprocess.py --threads 1 2 --sizes 65536 1048576 67108864 [--lib PATH] [--json FILE]
+
+Where the buffers lie changes both sides' speed: on Sapphire Rapids, buffers 64 bytes past a multiple
+of 1 MiB apart (consecutive tensors from glibc's heap) made both steps 2-3x slower (BENCHMARKS.md). By
+default every buffer starts a page after the end of the one before, each side on its own weights and
+states (`--alloc arena`); `--alloc arena --gap 64` reproduces the heap's layout, `--alloc torch` lets
+torch place each tensor, `--page-offsets` places each buffer in a page, `--show-offsets` prints them.
 
 halfstep's pools have the calling thread in them (hs_threads_calling_thread), as OpenMP's team has
 its master; a thread's pool keeps its size, so with more than one count above 1 each count runs in a
@@ -52,32 +58,52 @@ NONE = hs.Buffer(hs.HS_F32, 0, None, None)
 class Row:
     """One update: the peer's step and halfstep's step on buffers of their own."""
 
-    def __init__(self, kernel, n, pool, swap=False, alloc="torch"):
+    def __init__(self, kernel, n, pool, swap=False, layout=("arena", 4096)):
         lib = hs.library()
         w = torch.randn(n) * 0.02
         self.kernel, self.n, self.pool = kernel, n, pool
         self.ctx = hs.StepContext(1, 1, hs.HS_REPLICA_IDENTICAL)
         self.ctx_ref = ctypes.byref(self.ctx)
-        if alloc == "numpy":
+        how = layout[0]
+        if how == "arena":
+            # The seven buffers (shared grads; each side's weights and two states) back to back in
+            # one allocation, each `gap` bytes after the end of the one before, from a page
+            # boundary. A gap of 64 is what consecutive tensors under 32 MiB get from glibc's heap.
+            gap = layout[1]
+            stride = (4 * n + gap) // 4
+            buf = torch.empty(7 * stride + 1024)
+            first = (4096 - buf.data_ptr() % 4096) % 4096 // 4
+            slots = iter(range(7))
+
+            def at(t, k):
+                start = first + next(slots) * stride
+                return buf[start:start + n].copy_(t)
+        elif how == "page":
+            # Each buffer in an allocation of its own, at a chosen byte offset within a 4 KiB page
+            # (weights, grads, state 0, state 1), the same on both sides.
+            def at(t, k):
+                buf = torch.empty(n + 2048)
+                start = ((4096 - buf.data_ptr() % 4096) % 4096 + layout[1][k]) // 4
+                return buf[start:start + n].copy_(t)
+        elif how == "numpy":
             # numpy's allocator (malloc: 16 bytes past a page for large arrays), shared with torch.
             import numpy as np
 
-            def copy(t):
+            def at(t, k):
                 return torch.from_numpy(t.numpy().copy())
-
-            def zeros():
-                return torch.from_numpy(np.zeros(n, np.float32))
         else:
-            def copy(t):
+            # torch's allocator, tensor after tensor, wherever it puts them.
+            def at(t, k):
                 return t.clone()
-
-            def zeros():
-                return torch.zeros(n)
-        self.g = copy(w * 0.05)
-        self.hw = copy(w)
-        self.hs_states = [zeros() for _ in range(2)]
+        zeros = torch.zeros(n)
+        self.g = at(w * 0.05, 1)
+        self.hw = at(w, 0)
+        self.hs_states = [at(zeros, 2), at(zeros, 3)]
         states = [NONE, NONE, NONE]
-        pw, s = copy(w), [zeros(), zeros()]
+        pw, s = at(w, 0), [at(zeros, 2), at(zeros, 3)]
+        # Byte offsets within a page of each side's weights, grads and states.
+        self.offsets = [[t.data_ptr() % 4096 for t in ts] for ts in
+                        ([pw, self.g] + s, [self.hw, self.g] + self.hs_states)]
         if swap:
             # Each side steps the buffers allocated for the other: an effect of where the buffers
             # landed then moves to the other side, an effect of the code stays.
@@ -128,12 +154,29 @@ def main():
     ap.add_argument("--alternations", type=int, default=7)
     ap.add_argument("--lib", help="libhalfstep.so (default: $HALFSTEP_LIB or target/release)")
     ap.add_argument("--swap", action="store_true", help="each side steps the buffers allocated for the other")
-    ap.add_argument("--alloc", choices=["torch", "numpy"], default="torch",
-                    help="who allocates both sides' buffers (torch: 64-byte aligned)")
+    ap.add_argument("--alloc", choices=["arena", "torch", "numpy"], default="arena",
+                    help="where both sides' buffers lie: arena (default), one allocation, --gap bytes "
+                         "between buffers; torch, a tensor each, wherever torch's allocator puts it; numpy")
+    ap.add_argument("--gap", type=int, default=4096, metavar="BYTES",
+                    help="--alloc arena: bytes from the end of one buffer to the next (a multiple of 64)")
+    ap.add_argument("--page-offsets", metavar="W,G,S0,S1",
+                    help="instead of --alloc: a buffer each, the weights, grads and states at these byte "
+                         "offsets within a 4 KiB page")
+    ap.add_argument("--show-offsets", action="store_true",
+                    help="print each row's buffers' byte offsets within a page (peer; halfstep)")
     ap.add_argument("--json", help="also write the rows to this file")
     a = ap.parse_args()
     if a.lib:
         os.environ["HALFSTEP_LIB"] = a.lib
+    if a.page_offsets:
+        place = [int(x) for x in a.page_offsets.split(",")]
+        if len(place) != 4 or any(x % 64 or not 0 <= x < 4096 for x in place):
+            ap.error("--page-offsets: four multiples of 64 below 4096")
+        layout = ("page", place)
+    else:
+        if a.gap % 64 or a.gap < 0:
+            ap.error("--gap: a multiple of 64")
+        layout = (a.alloc, a.gap)
     pooled = [t for t in a.threads if t > 1]
     if len(pooled) > 1:
         # A thread's own pool has one size for the thread's life (hs_threads_calling_thread): one
@@ -169,7 +212,7 @@ def main():
         for n in a.sizes:
             reps = max(3, min(200, int(2e8 // n)))
             for kernel in a.kernels:
-                r = Row(kernel, n, ctypes.c_void_p(pool), a.swap, a.alloc)
+                r = Row(kernel, n, ctypes.c_void_p(pool), a.swap, layout)
                 r.peer()
                 r.ours()
                 ps, hs_ = [], []
@@ -179,7 +222,8 @@ def main():
                 ratios = sorted(p / h for p, h in zip(ps, hs_))
                 p, h = statistics.median(ps), statistics.median(hs_)
                 print(f"| {kernel} | {r.peer_name} | {n} | {t} | {p:.3f} | {h:.3f} | "
-                      f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}–{ratios[-1]:.2f}) |", flush=True)
+                      f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}–{ratios[-1]:.2f}) |"
+                      + (f" page offsets {r.offsets[0]}; {r.offsets[1]}" if a.show_offsets else ""), flush=True)
                 rows.append({"kernel": kernel, "peer": r.peer_name, "elements": n, "threads": t, "peer_ns": p,
                              "halfstep_ns": h, "ratios": ratios})
                 del r
