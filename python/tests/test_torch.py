@@ -223,6 +223,30 @@ class StateLayout(unittest.TestCase):
                                     f"{what} {name} changed on loading")
 
 
+class Descriptors(unittest.TestCase):
+    def test_noncontiguous_grads_and_groups_step_as_contiguous_ones(self):
+        # The per-step descriptor words (halfstep._Halfstep._words): a non-contiguous gradient is
+        # stepped through a contiguous copy, and stream ids run on across groups.
+        def run(noncontiguous):
+            torch.manual_seed(3)
+            a = torch.nn.Parameter(torch.randn(6, 5))
+            b = torch.nn.Parameter(torch.randn(40))
+            c = torch.nn.Parameter(torch.randn(5, 6))
+            opt = halfstep.AdamW([{"params": [a, c]}, {"params": [b], "weight_decay": 0.0}], lr=1e-2,
+                                 weights="fp32", amsgrad=True, seed=5)
+            for step in range(3):
+                ga, gc = torch.randn(5, 6), torch.randn(6, 5)
+                a.grad = ga.t() if noncontiguous else ga.t().contiguous()
+                c.grad = gc.t() if noncontiguous else gc.t().contiguous()
+                b.grad = None
+                opt.step()
+            return a.detach().clone(), c.detach().clone()
+
+        self.assertFalse(torch.randn(5, 6).t().is_contiguous())
+        for x, y in zip(run(True), run(False)):
+            self.assertTrue(torch.equal(x, y))
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
