@@ -77,14 +77,14 @@ class LambConfig(ctypes.Structure):
                 ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float), ("max_trust_ratio", ctypes.c_float)]
 
 
-# A group's descriptors are built each step as one array of 64-bit words laid out as `hs_tensor`s (a
-# ctypes struct per buffer cost ~30 us per parameter per step; these words ~3 us). Word indices from
-# the ctypes layout above: an `hs_buffer` is (kind | rounding << 32, data, trail).
+# A group's descriptors are built each step as one array of 64-bit words laid out as `hs_tensor`s: a
+# step cost 10-15 us per parameter with a ctypes struct per buffer, ~5 us with these words (BENCHMARKS.md,
+# "Per-parameter cost of the PyTorch package"). Word indices come from the ctypes layout above; an
+# `hs_buffer` is (kind | rounding << 32, data, trail); index_base stays 0.
 assert ctypes.sizeof(Buffer) == 24 and ctypes.sizeof(Tensor) % 8 == 0
 _WORDS = ctypes.sizeof(Tensor) // 8
-_LEN, _W, _G, _S = (getattr(Tensor, f).offset // 8 for f in ("len", "weights", "grads", "state"))
-_STREAM, _BASE = Tensor.stream_id.offset // 8, Tensor.index_base.offset // 8
-assert Tensor.stream_id.offset % 8 == 0 and Tensor.index_base.offset % 8 == 0
+_LEN, _W, _G, _S, _STREAM = (getattr(Tensor, f).offset // 8 for f in ("len", "weights", "grads", "state", "stream_id"))
+assert Tensor.stream_id.offset % 8 == 0
 
 _lib = None
 
@@ -157,10 +157,11 @@ def _state_like(p, fill, dtype):
 
     Why: tensors allocated one after another from glibc's heap (every one under 32 MiB, once the
     process has freed a large one) lie their size plus 64 bytes apart. Where that size is a multiple
-    of 1 MiB, an in-place step's loads from one buffer alias its stores to the one before, a cache
-    line back, and on Intel's Sapphire Rapids both halfstep's step and PyTorch's own ran 2-3x slower
-    (BENCHMARKS.md, "Buffers 64 bytes past a multiple of 1 MiB"). States at the weight's offset in a
-    page are a multiple of 4 KiB from it, where no slowdown was seen."""
+    of 1 MiB, a step's load from one buffer comes a chunk or a few after a store to another at the
+    same address modulo 1 MiB, and on Intel's Sapphire Rapids both halfstep's step and PyTorch's own
+    ran 2-3x slower (BENCHMARKS.md, "Buffers 64 bytes past a multiple of 1 MiB"; the library's
+    AVX-512 kernels now overlap chunks, which mends one chunk of distance, not more). States at the
+    weight's offset in a page are a whole number of pages from it, where no slowdown was seen."""
     n = p.numel()
     pad = _PAGE // torch.empty((), dtype=dtype).element_size()
     buf = torch.empty(n + pad, dtype=dtype)
