@@ -82,7 +82,9 @@ fn main() {
     w32.copy_from_slice(&w);
     let (mut s0, mut s1) = (Placed::new(0f32, n, at(2)), Placed::new(0f32, n, at(3)));
     let mut ws = LambWorkspace::default();
-    let ctx = StepContext::new(1, 1);
+    // Step 2, not 1: step 1 of SGD with momentum only copies the gradient into the buffer, and
+    // the peers' rows are later steps.
+    let ctx = StepContext::new(1, 2);
     let stream = TensorStream::new(0);
     // `_f32` rows: f32 weights and grads; the others: split weights and bf16 grads.
     let f32_row = kernel.ends_with("_f32");

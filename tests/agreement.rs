@@ -506,6 +506,20 @@ fn sgd_configs() -> Vec<SgdConfig> {
             maximize: true,
             ..d
         },
+        // Each of the flags that send a step off the plain kernel alone, so that a flag the
+        // dispatch forgets shows here.
+        SgdConfig {
+            lr: 0.01,
+            momentum: 0.8,
+            nesterov: true,
+            ..d
+        },
+        SgdConfig {
+            lr: 0.01,
+            momentum: 0.8,
+            maximize: true,
+            ..d
+        },
         SgdConfig {
             lr: 3e38,
             momentum: 1.0,

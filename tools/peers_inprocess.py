@@ -62,7 +62,9 @@ class Row:
         lib = hs.library()
         w = torch.randn(n) * 0.02
         self.kernel, self.n, self.pool = kernel, n, pool
-        self.ctx = hs.StepContext(1, 1, hs.HS_REPLICA_IDENTICAL)
+        # Step 2, not 1: step 1 of SGD with momentum only copies the gradient into the buffer,
+        # and the peer's row is a later step (is_first_step=False).
+        self.ctx = hs.StepContext(1, 2, hs.HS_REPLICA_IDENTICAL)
         self.ctx_ref = ctypes.byref(self.ctx)
         how = layout[0]
         if how == "arena":

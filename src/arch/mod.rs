@@ -151,7 +151,18 @@ pub(crate) trait Simd: Copy + 'static + crate::kernels::PhiloxFill {
     unsafe fn load_u16(p: *const u16) -> Self::U;
     /// Stores the low 16 bits of each lane.
     unsafe fn store_u16(p: *mut u16, v: Self::U);
-    /// Stores the high 16 bits of each lane to `hi` and the low 16 bits to `lo` (split weights).
+    /// Loads `LANES` u16 into the lanes' high halves, the low halves zero (bf16 to f32 bits).
+    #[inline(always)]
+    unsafe fn load_u16_high(p: *const u16) -> Self::U {
+        unsafe { Self::shl::<16>(Self::load_u16(p)) }
+    }
+    /// `hi[l] << 16 | lo[l]` per lane: `LANES` u16 from each (split weights).
+    #[inline(always)]
+    unsafe fn load_u16_halves(hi: *const u16, lo: *const u16) -> Self::U {
+        unsafe { Self::or_u(Self::shl::<16>(Self::load_u16(hi)), Self::load_u16(lo)) }
+    }
+    /// Stores the high 16 bits of each lane to `hi` and the low 16 bits to `lo` (split weights,
+    /// and the random bits of 32 elements, whose word holds two elements' bits).
     #[inline(always)]
     unsafe fn store_u16_halves(hi: *mut u16, lo: *mut u16, v: Self::U) {
         unsafe {

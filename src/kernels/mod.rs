@@ -279,21 +279,43 @@ impl<V: Simd> GroupBits<V> {
     #[inline(always)]
     pub unsafe fn r16(&mut self, e: u64) -> V::U {
         unsafe {
-            let group = e >> 7;
-            let mut d = group.wrapping_sub(self.group);
-            if d >= Self::SPAN {
-                V::fill_span(self, group);
-                d = 0;
-            }
+            let d = self.span_group(e);
             let nb = 16 / V::LANES;
             let c = (e & 127) as usize / V::LANES;
-            let (k, b) = (c / nb, d as usize * nb + c % nb);
+            let (k, b) = (c / nb, d * nb + c % nb);
             let w = self.words[4 * b + (k >> 1)];
             if k & 1 == 1 {
                 V::shr::<16>(w)
             } else {
                 V::and_u(w, V::splat_u(0xFFFF))
             }
+        }
+    }
+
+    /// Output word vector `j` (`j < 16 / LANES`) of the 32 elements from global `e`, a multiple of
+    /// 32: lane `l`'s low half is element `e + j * LANES + l`'s bits, its high half element
+    /// `e + 16 + j * LANES + l`'s ([`Self::r16`] of those two chunks, in one vector).
+    #[inline(always)]
+    pub unsafe fn word32(&mut self, e: u64, j: usize) -> V::U {
+        unsafe {
+            debug_assert!(e.is_multiple_of(32) && j < 16 / V::LANES);
+            let b = self.span_group(e) * (16 / V::LANES) + j;
+            self.words[4 * b + ((e & 127) >> 5) as usize]
+        }
+    }
+
+    /// The group of global element `e` within the cached span, after filling the span from that
+    /// group if it is not cached.
+    #[inline(always)]
+    unsafe fn span_group(&mut self, e: u64) -> usize {
+        unsafe {
+            let group = e >> 7;
+            let mut d = group.wrapping_sub(self.group);
+            if d >= Self::SPAN {
+                V::fill_span(self, group);
+                d = 0;
+            }
+            d as usize
         }
     }
 }

@@ -214,6 +214,39 @@ impl Simd for Avx512 {
     }
 
     #[inline(always)]
+    unsafe fn load_u16_high(p: *const u16) -> __m512i {
+        unsafe {
+            // One zero-masked `vpermw` (port 5) where a widening load (port 5) and a shift (port
+            // 0, which the FMAs want) did it.
+            let x = _mm512_castsi256_si512(_mm256_loadu_si256(p.cast()));
+            _mm512_maskz_permutexvar_epi16(0xAAAA_AAAA, word_indices(&SPREAD_WORDS), x)
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_u16_halves(hi: *const u16, lo: *const u16) -> __m512i {
+        unsafe {
+            // [lo 0-15 | hi 0-15] as words, interleaved by one `vpermw` (port 5 once, where two
+            // widening loads took it twice and a shift and an OR followed).
+            let both = _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(lo.cast())),
+                _mm256_loadu_si256(hi.cast()),
+            );
+            _mm512_permutexvar_epi16(word_indices(&INTERLEAVE_HALVES), both)
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_u16_halves(hi: *mut u16, lo: *mut u16, v: __m512i) {
+        unsafe {
+            // One `vpermw` gathers [lo 0-15 | hi 0-15]; the upper half is stored by
+            // `vextracti64x4` to memory, which needs no shuffle port. Two `vpmovdw` (two port-5
+            // uops each) and a shift did this before.
+            let both = _mm512_permutexvar_epi16(word_indices(&GATHER_HALVES), v);
+            _mm256_storeu_si256(lo.cast(), _mm512_castsi512_si256(both));
+            _mm256_storeu_si256(hi.cast(), _mm512_extracti64x4_epi64::<1>(both));
+        }
+    }
+
+    #[inline(always)]
     unsafe fn load_u8(p: *const u8) -> __m512i {
         unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
     }
@@ -269,6 +302,65 @@ impl Simd for Avx512 {
             _mm512_storeu_pd(out.as_mut_ptr(), acc[0]);
             _mm512_storeu_pd(out.as_mut_ptr().add(8), acc[1]);
             out
+        }
+    }
+}
+
+/// `vpermw` indices, as a vector.
+#[inline(always)]
+unsafe fn word_indices(idx: &'static [u16; 32]) -> __m512i {
+    unsafe { _mm512_loadu_si512(idx.as_ptr().cast()) }
+}
+
+/// `vpermw` index tables ([`word_table`]).
+#[derive(Clone, Copy)]
+enum Words {
+    /// Word `2l` of the result is word `l` (lane `l`'s low half, from the lower 256 bits), word
+    /// `2l + 1` is word `16 + l` (its high half, from the upper 256 bits).
+    InterleaveHalves,
+    /// The inverse: words `0..16` are the lanes' low halves (words `2l`), words `16..32` their
+    /// high halves (words `2l + 1`).
+    GatherHalves,
+    /// Words `2l` and `2l + 1` are both word `l`: 16 u16 spread to 32-bit lanes.
+    Spread,
+}
+
+static INTERLEAVE_HALVES: [u16; 32] = word_table(Words::InterleaveHalves);
+static GATHER_HALVES: [u16; 32] = word_table(Words::GatherHalves);
+static SPREAD_WORDS: [u16; 32] = word_table(Words::Spread);
+
+/// The 32 indices of `kind`.
+const fn word_table(kind: Words) -> [u16; 32] {
+    let mut t = [0u16; 32];
+    let mut w = 0;
+    while w < 32 {
+        let x = w as u16;
+        t[w] = match kind {
+            Words::InterleaveHalves if x.is_multiple_of(2) => x / 2,
+            Words::InterleaveHalves => 16 + x / 2,
+            Words::GatherHalves if x < 16 => 2 * x,
+            Words::GatherHalves => 2 * (x - 16) + 1,
+            Words::Spread => x / 2,
+        };
+        w += 1;
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_tables_interleave_gather_and_spread() {
+        assert_eq!(INTERLEAVE_HALVES[..6], [0, 16, 1, 17, 2, 18]);
+        assert_eq!(INTERLEAVE_HALVES[30..], [15, 31]);
+        assert_eq!(GATHER_HALVES[..3], [0, 2, 4]);
+        assert_eq!(GATHER_HALVES[15..18], [30, 1, 3]);
+        assert_eq!(SPREAD_WORDS[..5], [0, 0, 1, 1, 2]);
+        // Gathering after interleaving puts every word back.
+        for (w, &g) in GATHER_HALVES.iter().enumerate() {
+            assert_eq!(INTERLEAVE_HALVES[g as usize] as usize, w);
         }
     }
 }
