@@ -3,8 +3,8 @@
 //! Each kernel is a [`ChunkBody`]: `full` works in place, `partial` stages the chunk through
 //! zeroed stack buffers and runs the same per-chunk function.
 
-use super::round::{from_bf16, from_f16, to_bf16, to_f16};
-use super::{Chunk, ChunkBody, GroupBits, Stage, run_chunks, stage_in, stage_out};
+use super::round::{from_f16, to_bf16, to_f16};
+use super::{Chunk, ChunkBody, GroupBits, Stage, full_run_plain, run_chunks, stage_in, stage_out};
 use crate::arch::Simd;
 use crate::reference::philox::BitsCoord;
 use crate::reference::round::Rounding;
@@ -34,14 +34,12 @@ impl<V: Simd> ChunkBody<V> for FillBits<V> {
     unsafe fn full_run(&mut self, mut off: isize, mut e: u64, end: u64) {
         unsafe {
             let l = V::LANES;
-            let nb = 16 / l;
-            while e < end && !e.is_multiple_of(32) {
-                self.full(off, e);
-                off += l as isize;
-                e += l as u64;
-            }
+            let head_end = e.next_multiple_of(32).min(end);
+            full_run_plain::<V, Self>(self, off, e, head_end);
+            off += (head_end - e) as isize;
+            e = head_end;
             while e + 32 <= end {
-                for j in 0..nb {
+                for j in 0..16 / l {
                     let w = self.rng.word32(e, j);
                     let lo = self.dst.offset(off + (j * l) as isize);
                     V::store_u16_halves(lo.add(16), lo, w);
@@ -49,11 +47,7 @@ impl<V: Simd> ChunkBody<V> for FillBits<V> {
                 off += 32;
                 e += 32;
             }
-            while e < end {
-                self.full(off, e);
-                off += l as isize;
-                e += l as u64;
-            }
+            full_run_plain::<V, Self>(self, off, e, end);
         }
     }
 }
@@ -174,10 +168,9 @@ impl WidenK {
     #[inline(always)]
     unsafe fn chunk<V: Simd>(&self, s: *const u16, d: *mut f32) {
         unsafe {
-            let h = V::load_u16(s);
             let out = match self.fmt {
-                Narrow::Bf16 => from_bf16::<V>(h),
-                Narrow::F16 => from_f16::<V>(h),
+                Narrow::Bf16 => V::from_bits(V::load_u16_high(s)),
+                Narrow::F16 => from_f16::<V>(V::load_u16(s)),
             };
             V::store(d, out);
         }
