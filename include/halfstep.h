@@ -103,6 +103,12 @@ typedef struct {
 // One tensor of a group step. `state` by optimizer: SGD `{momentum}`, Adagrad `{sum}`, Adam
 // `{exp_avg, exp_avg_sq, max_exp_avg_sq}`, LAMB `{exp_avg, exp_avg_sq}`; unused ones NULL.
 // No two buffers may overlap.
+//
+// Placement (speed only, never the bits): start each state buffer at the same offset within a
+// 4 KiB page as its weights, i.e. a whole number of pages apart. Buffers a cache line apart
+// modulo 1 MiB, which consecutive allocations from a heap often are, made steps 2-3x slower on
+// Sapphire Rapids, for PyTorch's kernels as for halfstep's (BENCHMARKS.md, "Buffers 64 bytes
+// past a multiple of 1 MiB"; the PyTorch package places its states this way).
 typedef struct {
   // Elements in every buffer.
   size_t len;
@@ -206,6 +212,15 @@ hs_threads *hs_threads_new(uint32_t n);
 // it (free each with `hs_threads_free`). NULL on failure (see `hs_last_error`): the thread's
 // pool has another size, or the thread is already a worker of another pool.
 hs_threads *hs_threads_calling_thread(uint32_t n);
+
+// Sets the grain of `threads`: steps over groups of at most `elements` elements run on the
+// calling thread alone, larger ones are cut into pieces of at least a quarter of it. It is
+// rounded up to a multiple of 4096 (a LAMB norm block). The default is 65536 for
+// `hs_threads_new`, and 16384 for `hs_threads_calling_thread(n >= 2)`, whose pool pays no
+// hand-off (both chosen by benchmark: BENCHMARKS.md, "Grain"). Only where work runs changes,
+// never the bits. `HS_NULL_POINTER`, or `HS_INVALID_ARGUMENT` for `elements == 0`; on an error
+// the grain is unchanged.
+hs_status hs_threads_set_grain(hs_threads *threads, size_t elements);
 
 // Frees a `hs_threads` (NULL is ignored).
 void hs_threads_free(hs_threads *threads);

@@ -91,6 +91,12 @@ pub struct hs_buffer {
 /// One tensor of a group step. `state` by optimizer: SGD `{momentum}`, Adagrad `{sum}`, Adam
 /// `{exp_avg, exp_avg_sq, max_exp_avg_sq}`, LAMB `{exp_avg, exp_avg_sq}`; unused ones NULL.
 /// No two buffers may overlap.
+///
+/// Placement (speed only, never the bits): start each state buffer at the same offset within a
+/// 4 KiB page as its weights, i.e. a whole number of pages apart. Buffers a cache line apart
+/// modulo 1 MiB, which consecutive allocations from a heap often are, made steps 2-3x slower on
+/// Sapphire Rapids, for PyTorch's kernels as for halfstep's (BENCHMARKS.md, "Buffers 64 bytes
+/// past a multiple of 1 MiB"; the PyTorch package places its states this way).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hs_tensor {
@@ -695,6 +701,28 @@ pub extern "C" fn hs_threads_calling_thread(n: u32) -> *mut hs_threads {
             std::ptr::null_mut()
         }
     }
+}
+
+/// Sets the grain of `threads`: steps over groups of at most `elements` elements run on the
+/// calling thread alone, larger ones are cut into pieces of at least a quarter of it. It is
+/// rounded up to a multiple of 4096 (a LAMB norm block). The default is 65536 for
+/// `hs_threads_new`, and 16384 for `hs_threads_calling_thread(n >= 2)`, whose pool pays no
+/// hand-off (both chosen by benchmark: BENCHMARKS.md, "Grain"). Only where work runs changes,
+/// never the bits. `HS_NULL_POINTER`, or `HS_INVALID_ARGUMENT` for `elements == 0`; on an error
+/// the grain is unchanged.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_threads_set_grain(
+    threads: *mut hs_threads,
+    elements: usize,
+) -> hs_status {
+    guard(|| {
+        let t = unsafe { threads.as_mut() }.ok_or_else(|| null("threads"))?;
+        if elements == 0 {
+            return Err(invalid("grain: 0 elements (at least 1)"));
+        }
+        t.0 = t.0.clone().with_grain(elements);
+        Ok(())
+    })
 }
 
 /// Frees a `hs_threads` (NULL is ignored).

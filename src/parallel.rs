@@ -163,7 +163,11 @@ impl Threads {
     /// `with_grain(1)` cuts every tensor at every [`SPLIT_ALIGN`] boundary it can.
     pub fn with_grain(self, elements: usize) -> Threads {
         Threads {
-            grain: elements.max(1).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN,
+            // Saturating: a grain near `usize::MAX` means "never split", not a wrapped 0.
+            grain: elements
+                .max(1)
+                .div_ceil(SPLIT_ALIGN)
+                .saturating_mul(SPLIT_ALIGN),
             ..self
         }
     }
@@ -377,5 +381,13 @@ mod tests {
             2 * SPLIT_ALIGN
         );
         assert_eq!(Threads::global().grain(), DEFAULT_GRAIN);
+        // The largest grains saturate instead of wrapping to 0 (which would split everything).
+        assert_eq!(Threads::global().with_grain(usize::MAX).grain(), usize::MAX);
+        assert!(
+            Threads::global()
+                .with_grain(usize::MAX - SPLIT_ALIGN)
+                .grain()
+                >= usize::MAX - SPLIT_ALIGN
+        );
     }
 }

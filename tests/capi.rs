@@ -560,3 +560,63 @@ fn quantizers_match_the_rust_api() {
     };
     assert_eq!(st, HS_INVALID_HYPERPARAMETER);
 }
+
+#[test]
+fn a_pool_grain_moves_work_but_never_bits() {
+    // One f32 tensor long enough that a grain of 1 (rounded to 4096) cuts it into many pieces.
+    const LEN: usize = 5 * 4096 + 77;
+    let fresh = || -> [Vec<f32>; 3] {
+        let v = |k: usize| -> Vec<f32> {
+            (0..LEN)
+                .map(|i| (((i * 7 + k * 13) % 29) as f32 - 14.0) * 0.0625)
+                .collect()
+        };
+        [v(1), v(2), vec![0.0; LEN]]
+    };
+    let step = |[w, g, m]: &mut [Vec<f32>; 3], threads: *const hs_threads| {
+        let mut d = hs_tensor {
+            len: LEN,
+            weights: buf(HS_F32, w.as_mut_ptr()),
+            grads: buf(HS_F32, g.as_mut_ptr()),
+            state: [buf(HS_F32, m.as_mut_ptr()), none(), none()],
+            stream_id: 0,
+            index_base: 0,
+        };
+        for s in 1..=2 {
+            let c = hs_step_context { step: s, ..ctx() };
+            let st = unsafe { hs_sgd_step(&SGD, &c, &mut d, 1, threads) };
+            assert_eq!(st, HS_OK, "{}", last_error());
+        }
+    };
+    let one = hs_threads_new(1);
+    let mut want = fresh();
+    step(&mut want, one);
+
+    let pool = hs_threads_new(3);
+    assert!(!one.is_null() && !pool.is_null());
+    assert_eq!(unsafe { hs_threads_set_grain(pool, 1) }, HS_OK);
+    let mut got = fresh();
+    step(&mut got, pool);
+    for (a, b) in got.iter().zip(&want) {
+        assert_eq!(bits32(a), bits32(b));
+    }
+
+    // Errors: NULL, and a grain of 0, which leaves the pool as it was.
+    assert_eq!(
+        unsafe { hs_threads_set_grain(null_mut(), 4096) },
+        HS_NULL_POINTER
+    );
+    assert!(!last_error().is_empty());
+    assert_eq!(
+        unsafe { hs_threads_set_grain(pool, 0) },
+        HS_INVALID_ARGUMENT
+    );
+    assert!(last_error().contains("grain"));
+    let mut again = fresh();
+    step(&mut again, pool);
+    assert_eq!(bits32(&again[0]), bits32(&want[0]));
+    unsafe {
+        hs_threads_free(one);
+        hs_threads_free(pool);
+    }
+}

@@ -20,7 +20,8 @@ torch place each tensor, `--page-offsets` places each buffer in a page, `--show-
 
 halfstep's pools have the calling thread in them (hs_threads_calling_thread), as OpenMP's team has
 its master; a thread's pool keeps its size, so with more than one count above 1 each count runs in a
-process of its own (its own table; `--json FILE` then writes FILE.<threads>).
+process of its own (its own table; `--json FILE` then writes FILE.<threads>). `--grains` times one
+halfstep row per grain of that pool (hs_threads_set_grain), all against the same peer batches.
 
 halfstep's overhead per call through ctypes (printed: ~3 us on a Zen 1 VM, against ~0.2 us for the
 same call from Rust) is counted in its figures, as PyTorch's dispatch is in the peer's.
@@ -133,6 +134,8 @@ class Row:
         cfg_ref, ctx_ref, arr = ctypes.byref(cfg), self.ctx_ref, self.arr
         hs._check(fn(cfg_ref, ctx_ref, arr, 1, pool), kernel)
         self.ours = lambda: fn(cfg_ref, ctx_ref, arr, 1, pool)
+        # The same step on another handle (another grain of the same pool: `--grains`).
+        self.ours_on = lambda other: (lambda: fn(cfg_ref, ctx_ref, arr, 1, other))
 
 
 def batch(fn, reps):
@@ -167,6 +170,10 @@ def main():
     ap.add_argument("--show-offsets", action="store_true",
                     help="print each row's buffers' byte offsets within a page (peer; halfstep)")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--grains", type=int, nargs="+", metavar="ELEMENTS",
+                    help="on more than one thread, one halfstep row per grain (hs_threads_set_grain), "
+                         "each on its own handle to the same pool, all alternated with the same peer "
+                         "batches (default: the pool's own grain)")
     a = ap.parse_args()
     if a.lib:
         os.environ["HALFSTEP_LIB"] = a.lib
@@ -211,24 +218,41 @@ def main():
         pool = lib.hs_threads_new(1) if t == 1 else lib.hs_threads_calling_thread(t)
         if not pool:
             raise SystemExit(f"hs_threads: {lib.hs_last_error().decode()}")
+        grains = [(None, pool)]
+        if t > 1 and a.grains:
+            grains = []
+            for g in a.grains:
+                h = lib.hs_threads_calling_thread(t)
+                hs._check(lib.hs_threads_set_grain(ctypes.c_void_p(h), g), "hs_threads_set_grain")
+                grains.append((g, h))
         for n in a.sizes:
             reps = max(3, min(200, int(2e8 // n)))
             for kernel in a.kernels:
                 r = Row(kernel, n, ctypes.c_void_p(pool), a.swap, layout)
+                ours = [r.ours_on(ctypes.c_void_p(h)) for _, h in grains]
                 r.peer()
-                r.ours()
-                ps, hs_ = [], []
+                for f in ours:
+                    f()
+                ps, hs_ = [], [[] for _ in grains]
                 for _ in range(a.alternations):
                     ps.append(batch(r.peer, reps) * 1e9 / n)
-                    hs_.append(batch(r.ours, reps) * 1e9 / n)
-                ratios = sorted(p / h for p, h in zip(ps, hs_))
-                p, h = statistics.median(ps), statistics.median(hs_)
-                print(f"| {kernel} | {r.peer_name} | {n} | {t} | {p:.3f} | {h:.3f} | "
-                      f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}–{ratios[-1]:.2f}) |"
-                      + (f" page offsets {r.offsets[0]}; {r.offsets[1]}" if a.show_offsets else ""), flush=True)
-                rows.append({"kernel": kernel, "peer": r.peer_name, "elements": n, "threads": t, "peer_ns": p,
-                             "halfstep_ns": h, "ratios": ratios})
+                    for f, times in zip(ours, hs_):
+                        times.append(batch(f, reps) * 1e9 / n)
+                p = statistics.median(ps)
+                for (g, _), times in zip(grains, hs_):
+                    ratios = sorted(p_ / h_ for p_, h_ in zip(ps, times))
+                    h = statistics.median(times)
+                    name = kernel if g is None else f"{kernel} grain {g}"
+                    print(f"| {name} | {r.peer_name} | {n} | {t} | {p:.3f} | {h:.3f} | "
+                          f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}–{ratios[-1]:.2f}) |"
+                          + (f" page offsets {r.offsets[0]}; {r.offsets[1]}" if a.show_offsets else ""),
+                          flush=True)
+                    rows.append({"kernel": kernel, "grain": g, "peer": r.peer_name, "elements": n, "threads": t,
+                                 "peer_ns": p, "halfstep_ns": h, "ratios": ratios})
                 del r
+        for _, h in grains:
+            if h != pool:
+                lib.hs_threads_free(ctypes.c_void_p(h))
         lib.hs_threads_free(ctypes.c_void_p(pool))
     if a.json:
         with open(a.json, "w") as f:

@@ -82,6 +82,12 @@ static void run(const char *backend) {
         failures++;
         return;
     }
+    /* The finest grain: every step below that is cut at all is cut into 4096-element pieces. */
+    check(hs_threads_set_grain(threads, 1), "hs_threads_set_grain");
+    if (hs_threads_set_grain(threads, 0) != HS_INVALID_ARGUMENT) {
+        fprintf(stderr, "smoke: a grain of 0 was not refused\n");
+        failures++;
+    }
     if (hs_threads_calling_thread(3) != NULL || strlen(hs_last_error()) == 0) {
         fprintf(stderr, "smoke: a second size of this thread's pool was not refused\n");
         failures++;
