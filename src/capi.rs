@@ -705,7 +705,7 @@ pub extern "C" fn hs_threads_calling_thread(n: u32) -> *mut hs_threads {
 
 /// Sets the grain of `threads`: steps over groups of at most `elements` elements run on the
 /// calling thread alone, larger ones are cut into pieces of at least a quarter of it. It is
-/// rounded up to a multiple of 4096 (a LAMB norm block). The default is 65536 for
+/// rounded up to a multiple of 2048 (a LAMB norm block). The default is 65536 for
 /// `hs_threads_new`, and 16384 for `hs_threads_calling_thread(n >= 2)`, whose pool pays no
 /// hand-off (both chosen by benchmark: BENCHMARKS.md, "Grain"). Only where work runs changes,
 /// never the bits. `HS_NULL_POINTER`, or `HS_INVALID_ARGUMENT` for `elements == 0`; on an error
@@ -723,6 +723,12 @@ pub unsafe extern "C" fn hs_threads_set_grain(
         t.0 = t.0.clone().with_grain(elements);
         Ok(())
     })
+}
+
+/// The grain of `threads` in elements (see `hs_threads_set_grain`); 0 for NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_threads_grain(threads: *const hs_threads) -> usize {
+    unsafe { threads.as_ref() }.map_or(0, |t| t.0.grain())
 }
 
 /// Frees a `hs_threads` (NULL is ignored).

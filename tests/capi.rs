@@ -563,8 +563,8 @@ fn quantizers_match_the_rust_api() {
 
 #[test]
 fn a_pool_grain_moves_work_but_never_bits() {
-    // One f32 tensor long enough that a grain of 1 (rounded to 4096) cuts it into many pieces.
-    const LEN: usize = 5 * 4096 + 77;
+    // One f32 tensor long enough that a grain of 1 (rounded to 2048) cuts it into many pieces.
+    const LEN: usize = 10 * 2048 + 77;
     let fresh = || -> [Vec<f32>; 3] {
         let v = |k: usize| -> Vec<f32> {
             (0..LEN)
@@ -594,14 +594,16 @@ fn a_pool_grain_moves_work_but_never_bits() {
 
     let pool = hs_threads_new(3);
     assert!(!one.is_null() && !pool.is_null());
+    assert_eq!(unsafe { hs_threads_grain(pool) }, 65536);
     assert_eq!(unsafe { hs_threads_set_grain(pool, 1) }, HS_OK);
+    assert_eq!(unsafe { hs_threads_grain(pool) }, 2048);
     let mut got = fresh();
     step(&mut got, pool);
     for (a, b) in got.iter().zip(&want) {
         assert_eq!(bits32(a), bits32(b));
     }
 
-    // Errors: NULL, and a grain of 0, which leaves the pool as it was.
+    // Errors: NULL, and a grain of 0, which leaves the grain as it was.
     assert_eq!(
         unsafe { hs_threads_set_grain(null_mut(), 4096) },
         HS_NULL_POINTER
@@ -612,9 +614,8 @@ fn a_pool_grain_moves_work_but_never_bits() {
         HS_INVALID_ARGUMENT
     );
     assert!(last_error().contains("grain"));
-    let mut again = fresh();
-    step(&mut again, pool);
-    assert_eq!(bits32(&again[0]), bits32(&want[0]));
+    assert_eq!(unsafe { hs_threads_grain(pool) }, 2048);
+    assert_eq!(unsafe { hs_threads_grain(std::ptr::null()) }, 0);
     unsafe {
         hs_threads_free(one);
         hs_threads_free(pool);

@@ -114,6 +114,8 @@ def library():
         lib.hs_threads_free.argtypes = [ctypes.c_void_p]
         lib.hs_threads_set_grain.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.hs_threads_set_grain.restype = ctypes.c_int
+        lib.hs_threads_grain.argtypes = [ctypes.c_void_p]
+        lib.hs_threads_grain.restype = ctypes.c_size_t
         lib.hs_last_error.restype = ctypes.c_char_p
         lib.hs_backend.restype = ctypes.c_char_p
         lib.hs_version.restype = ctypes.c_char_p

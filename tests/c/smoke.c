@@ -82,10 +82,10 @@ static void run(const char *backend) {
         failures++;
         return;
     }
-    /* The finest grain: every step below that is cut at all is cut into 4096-element pieces. */
+    /* The finest grain: every step below that is cut at all is cut into 2048-element pieces. */
     check(hs_threads_set_grain(threads, 1), "hs_threads_set_grain");
-    if (hs_threads_set_grain(threads, 0) != HS_INVALID_ARGUMENT) {
-        fprintf(stderr, "smoke: a grain of 0 was not refused\n");
+    if (hs_threads_set_grain(threads, 0) != HS_INVALID_ARGUMENT || hs_threads_grain(threads) != 2048) {
+        fprintf(stderr, "smoke: a grain of 1 is not 2048, or a grain of 0 was not refused\n");
         failures++;
     }
     if (hs_threads_calling_thread(3) != NULL || strlen(hs_last_error()) == 0) {
