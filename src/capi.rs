@@ -259,6 +259,11 @@ unsafe fn required_ref<'a, T>(p: *const T, what: &str) -> Result<&'a T, Fail> {
     unsafe { p.as_ref() }.ok_or_else(|| null(what))
 }
 
+/// `&mut *p`, or `HS_NULL_POINTER` naming `what`.
+unsafe fn required_mut<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, Fail> {
+    unsafe { p.as_mut() }.ok_or_else(|| null(what))
+}
+
 fn invalid(msg: impl Into<String>) -> Fail {
     Fail(HS_INVALID_ARGUMENT, msg.into())
 }
@@ -627,7 +632,7 @@ pub unsafe extern "C" fn hs_lamb_step(
 ) -> hs_status {
     guard(|| {
         let c = unsafe { required_ref(config, "config")? };
-        let ws = unsafe { workspace.as_mut() }.ok_or_else(|| null("workspace"))?;
+        let ws = unsafe { required_mut(workspace, "workspace")? };
         let cfg = LambConfig {
             lr: c.lr,
             beta1: c.beta1,
@@ -717,7 +722,7 @@ pub unsafe extern "C" fn hs_threads_set_grain(
     elements: usize,
 ) -> hs_status {
     guard(|| {
-        let t = unsafe { threads.as_mut() }.ok_or_else(|| null("threads"))?;
+        let t = unsafe { required_mut(threads, "threads")? };
         if elements == 0 {
             return Err(invalid("grain: 0 elements (at least 1)"));
         }

@@ -133,9 +133,9 @@ class Row:
         # call is one ctypes call, its overhead printed by `call_overhead`.
         cfg_ref, ctx_ref, arr = ctypes.byref(cfg), self.ctx_ref, self.arr
         hs._check(fn(cfg_ref, ctx_ref, arr, 1, pool), kernel)
-        self.ours = lambda: fn(cfg_ref, ctx_ref, arr, 1, pool)
-        # The same step on another handle (another grain of the same pool: `--grains`).
+        # The step on a handle: `pool`, or another grain of the same pool (`--grains`).
         self.ours_on = lambda other: (lambda: fn(cfg_ref, ctx_ref, arr, 1, other))
+        self.ours = self.ours_on(pool)
 
 
 def batch(fn, reps):
