@@ -18,7 +18,7 @@ pub(crate) mod quant;
 pub(crate) mod round;
 
 use crate::arch::{MAX_LANES, Simd};
-use crate::reference::philox::{BitsCoord, M0, M1, W0, W1, seed_key};
+use crate::reference::philox::{BitsCoord, M0, M1, W0, W1, mul_hi_lo, seed_key};
 use crate::reference::round::Rounding;
 
 /// One chunk of `V::LANES` lanes: lane `l` is global element `e + l`, local element `off + l`;
@@ -126,7 +126,7 @@ pub(crate) unsafe fn run_chunks<V: Simd, B: ChunkBody<V>>(base: u64, n: usize, b
 /// The Philox output words of one span of 128-element groups of one stream, cached until the
 /// chunks leave the span.
 ///
-/// A span is [`GroupBits::SPAN`] consecutive groups, filled in one go so that
+/// A span is [`GroupBits::SPAN`] consecutive groups from a multiple of `SPAN`, filled in one go so that
 /// [`Simd::PHILOX_CHAINS`] counter vectors run their rounds side by side (the rounds of one
 /// vector are a dependency chain). On AVX-512 one group is only two counter vectors; a span of two
 /// groups made `philox_bits` 15% faster (docs/DESIGN.md). The bits are the same whatever the span:
@@ -138,6 +138,30 @@ pub(crate) struct GroupBits<V: Simd> {
     group: u64,
     /// `words[4 * b + w]`: output word `w` of block vector `b` (blocks `16 * group + b * LANES + lane`).
     words: [V::U; 4 * MAX_BLOCK_VECTORS],
+    /// What the rounds share across lanes, set up by the first fill.
+    rounds: RoundConsts<V>,
+}
+
+/// The parts of a stream's Philox rounds that are the same in every lane, computed once in scalar
+/// code instead of per counter vector.
+///
+/// Counter words 1-3 of a block are the same for all blocks of a vector (SPEC.md §3: the high block
+/// bits and replica slot, the step, the stream word); only word 0 varies. So round 0's product of
+/// word 2 is a constant, which makes word 0 after round 0 a constant too, and with it round 1's
+/// product of word 0. Rounds 0 and 1 then need one vector multiply each instead of two, and the
+/// constants they leave (`c_r0`, `a_r1`, `b_r1`, `lo_r1`) are XORed or copied in. The round keys
+/// are splatted here once rather than from a scalar register in every round.
+struct RoundConsts<V: Simd> {
+    /// Counter word 1 these constants were computed for; `u64::MAX` before the first fill.
+    word1: u64,
+    /// Round 0: word 2 after it is `hi(M0 * c0) ^ c_r0`.
+    c_r0: V::U,
+    /// Round 1: word 0 after it is `hi(M1 * c2) ^ a_r1`, word 2 is `c3 ^ b_r1`, word 3 is `lo_r1`.
+    a_r1: V::U,
+    b_r1: V::U,
+    lo_r1: V::U,
+    /// The keys of rounds 2 to 9.
+    keys: [[V::U; 2]; 8],
 }
 
 /// Stored block vectors (one block per lane) of the largest span.
@@ -157,6 +181,9 @@ impl<V: Simd> GroupBits<V> {
         let per_group = 16 / Self::blocks_per_vector(V::PHILOX_EVEN_LANES);
         let span = V::PHILOX_CHAINS.div_ceil(per_group);
         assert!(span * 16 / V::LANES <= MAX_BLOCK_VECTORS);
+        // Spans start at multiples of the span, so a power of two never straddles a multiple of
+        // 2^28 groups (2^32 blocks), where counter word 1 changes (`RoundConsts`).
+        assert!(span.is_power_of_two());
         span as u64
     };
 
@@ -167,15 +194,58 @@ impl<V: Simd> GroupBits<V> {
             key: seed_key(coord.seed),
             group: NO_SPAN,
             words: [unsafe { V::splat_u(0) }; 4 * MAX_BLOCK_VECTORS],
+            rounds: RoundConsts {
+                word1: u64::MAX,
+                c_r0: unsafe { V::splat_u(0) },
+                a_r1: unsafe { V::splat_u(0) },
+                b_r1: unsafe { V::splat_u(0) },
+                lo_r1: unsafe { V::splat_u(0) },
+                keys: [[unsafe { V::splat_u(0) }; 2]; 8],
+            },
         }
     }
 
-    /// Runs Philox4x32-10 on the blocks of the span from `group`, in the layout the ISA prefers.
-    /// Kernels reach it through [`PhiloxFill::fill_span`]: inlined on the SIMD backends, a call
-    /// on the portable one.
+    /// Sets up [`RoundConsts`] for counter word 1 `word1` (the other words are the stream's).
+    /// Runs on the first fill and when word 1 changes (once per 2^32 blocks), reached through
+    /// [`PhiloxFill::set_round_consts`], out of line: inlined at every fill, it tripled the code
+    /// of the SR kernels.
+    #[inline(always)]
+    pub(crate) unsafe fn set_round_consts(&mut self, word1: u32) {
+        unsafe {
+            let (step, stream_word) = (self.coord.step, self.coord.stream_word);
+            let key = |r: u32| {
+                [
+                    self.key[0].wrapping_add(r.wrapping_mul(W0)),
+                    self.key[1].wrapping_add(r.wrapping_mul(W1)),
+                ]
+            };
+            let [k0, k1] = key(0);
+            let [k0_1, k1_1] = key(1);
+            // Round 0 on the constant words; word 0 after it is the same in every lane.
+            let (hi1, lo1) = mul_hi_lo(M1, step);
+            let c0_r1 = hi1 ^ word1 ^ k0;
+            // Round 1's product of that word.
+            let (hi0_r1, lo0_r1) = mul_hi_lo(M0, c0_r1);
+            let k = &mut self.rounds;
+            k.word1 = u64::from(word1);
+            k.c_r0 = V::splat_u(stream_word ^ k1);
+            k.a_r1 = V::splat_u(lo1 ^ k0_1);
+            k.b_r1 = V::splat_u(hi0_r1 ^ k1_1);
+            k.lo_r1 = V::splat_u(lo0_r1);
+            for r in 2..10 {
+                let [a, b] = key(r);
+                k.keys[r as usize - 2] = [V::splat_u(a), V::splat_u(b)];
+            }
+        }
+    }
+
+    /// Runs Philox4x32-10 on the blocks of the span from `group` (a multiple of
+    /// [`Self::SPAN`]), in the layout the ISA prefers. Kernels reach it through
+    /// [`PhiloxFill::fill_span`]: inlined on the SIMD backends, a call on the portable one.
     #[inline(always)]
     pub(crate) unsafe fn fill(&mut self, group: u64) {
         unsafe {
+            debug_assert!(group.is_multiple_of(Self::SPAN));
             if V::PHILOX_EVEN_LANES {
                 self.fill_layout::<true>(group)
             } else {
@@ -190,6 +260,11 @@ impl<V: Simd> GroupBits<V> {
     #[inline(always)]
     unsafe fn fill_layout<const EVEN: bool>(&mut self, group: u64) {
         unsafe {
+            // Word 1 of every block of the span (an aligned span never straddles a change).
+            let word1 = ((group * 16) >> 32) as u32 | u32::from(self.coord.replica_slot) << 16;
+            if u64::from(word1) != self.rounds.word1 {
+                self.set_round_consts(word1);
+            }
             let total = Self::SPAN as usize * 16 / Self::blocks_per_vector(EVEN);
             let n = V::PHILOX_CHAINS.min(total);
             if n >= 4 && total.is_multiple_of(4) {
@@ -213,10 +288,6 @@ impl<V: Simd> GroupBits<V> {
         unsafe {
             let per_vector = Self::blocks_per_vector(EVEN);
             let total = Self::SPAN as usize * 16 / per_vector;
-            let (c2, c3) = (
-                V::splat_u(self.coord.step),
-                V::splat_u(self.coord.stream_word),
-            );
             let (m0, m1) = (V::splat_u(M0), V::splat_u(M1));
             // Each lane's block offset; in the even layout lanes 2j and 2j + 1 both get j (the
             // even one is the block's).
@@ -225,23 +296,21 @@ impl<V: Simd> GroupBits<V> {
             } else {
                 V::iota()
             };
-            let replica = u32::from(self.coord.replica_slot) << 16;
+            let k = &self.rounds;
             for v in (0..total).step_by(N) {
+                // Rounds 0 and 1, with the parts that are the same in every lane from `k`.
                 let mut c = [[offsets; 4]; N];
                 for (i, c) in c.iter_mut().enumerate() {
-                    // A vector's blocks start at a multiple of its block count: no carry into
-                    // word 1 inside it, but the span's next group may carry (2^32 blocks).
                     let first = group * 16 + ((v + i) * per_vector) as u64;
                     let c0 = V::add_u(V::splat_u(first as u32), offsets);
-                    *c = [c0, V::splat_u((first >> 32) as u32 | replica), c2, c3];
+                    let (hi0, lo0) = mul_even_or_all::<V, EVEN>(c0, m0);
+                    let c2 = V::xor_u(hi0, k.c_r0);
+                    let (hi1, lo1) = mul_even_or_all::<V, EVEN>(c2, m1);
+                    *c = [V::xor_u(hi1, k.a_r1), lo1, V::xor_u(lo0, k.b_r1), k.lo_r1];
                 }
-                let mut k = self.key;
-                for r in 0..10 {
-                    if r > 0 {
-                        k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
-                    }
-                    let key = [V::splat_u(k[0]), V::splat_u(k[1])];
-                    philox_round::<V, EVEN, N>(&mut c, key, [m0, m1]);
+                // By reference: `for key in k.keys` copied the table (a `memcpy` call) per pass.
+                for key in &k.keys {
+                    philox_round::<V, EVEN, N>(&mut c, *key, [m0, m1]);
                 }
                 if EVEN {
                     for (j, xy) in c.chunks_exact(2).enumerate() {
@@ -312,8 +381,8 @@ impl<V: Simd> GroupBits<V> {
             let group = e >> 7;
             let mut d = group.wrapping_sub(self.group);
             if d >= Self::SPAN {
-                V::fill_span(self, group);
-                d = 0;
+                d = group % Self::SPAN;
+                V::fill_span(self, group - d);
             }
             d as usize
         }
@@ -349,11 +418,8 @@ unsafe fn philox_round<V: Simd, const EVEN: bool, const N: usize>(
         // the multiply: it would lose the entry point's target features.
         let mut p = *c;
         for (p, c) in p.iter_mut().zip(c.iter()) {
-            let ((hi0, lo0), (hi1, lo1)) = if EVEN {
-                (V::mul_hi_lo_even(c[0], m[0]), V::mul_hi_lo_even(c[2], m[1]))
-            } else {
-                (V::mul_hi_lo(c[0], m[0]), V::mul_hi_lo(c[2], m[1]))
-            };
+            let (hi0, lo0) = mul_even_or_all::<V, EVEN>(c[0], m[0]);
+            let (hi1, lo1) = mul_even_or_all::<V, EVEN>(c[2], m[1]);
             *p = [hi0, lo0, hi1, lo1];
         }
         for (c, p) in c.iter_mut().zip(p.iter()) {
@@ -363,6 +429,18 @@ unsafe fn philox_round<V: Simd, const EVEN: bool, const N: usize>(
                 V::xor_u(V::xor_u(p[0], c[3]), key[1]),
                 p[1],
             ];
+        }
+    }
+}
+
+/// `a * b` as (high, low) words in the lanes the layout uses: the even ones, or all.
+#[inline(always)]
+unsafe fn mul_even_or_all<V: Simd, const EVEN: bool>(a: V::U, b: V::U) -> (V::U, V::U) {
+    unsafe {
+        if EVEN {
+            V::mul_hi_lo_even(a, b)
+        } else {
+            V::mul_hi_lo(a, b)
         }
     }
 }
@@ -410,7 +488,9 @@ mod tests {
     use crate::reference::philox::{block_counter, philox4x32_10};
 
     /// Both Philox layouts of [`GroupBits`] on backend `V` against the reference, word by word,
-    /// for groups whose blocks carry into the counter's high words and keys that wrap.
+    /// for groups whose blocks carry into the counter's high words and keys that wrap. One
+    /// `GroupBits` per layout fills every span in turn, so its cached `RoundConsts` must follow
+    /// counter word 1 as it changes (0 → 1 → 0xFFF → 0) from span to span.
     #[inline(always)]
     unsafe fn check_layouts<V: Simd>(name: &str) {
         let coords = [
@@ -433,11 +513,21 @@ mod tests {
                 replica_slot: 3,
             },
         ];
-        let groups = [0u64, 1, 0x0FFF_FFFF, 0x1000_0000, (1 << 44) - 1];
+        // Spans start at multiples of the span: the last span before word 1 turns 1, the first
+        // after it, the last span of all.
+        let span = GroupBits::<V>::SPAN;
+        let groups = [
+            0u64,
+            span,
+            0x1000_0000 - span,
+            0x1000_0000,
+            (1 << 44) - span,
+            0,
+        ];
         for coord in coords {
+            let mut lanes = unsafe { GroupBits::<V>::new(coord) };
+            let mut even = unsafe { GroupBits::<V>::new(coord) };
             for group in groups {
-                let mut lanes = unsafe { GroupBits::<V>::new(coord) };
-                let mut even = unsafe { GroupBits::<V>::new(coord) };
                 unsafe {
                     lanes.fill_layout::<false>(group);
                     even.fill_layout::<true>(group);
@@ -449,9 +539,8 @@ mod tests {
                             V::store(got[i * V::LANES..].as_mut_ptr().cast(), V::from_bits(*w))
                         };
                     }
-                    // Every block of the span (two groups on AVX-512: the span from
-                    // 0x0FFF_FFFF carries into counter word 1 at its second group).
-                    for block in 0..16 * GroupBits::<V>::SPAN as usize {
+                    // Every block of the span (two groups on AVX-512).
+                    for block in 0..16 * span as usize {
                         if group * 16 + block as u64 >= 1 << 48 {
                             break; // computed, but no element maps to it (blocks < 2^48, SPEC.md §3.2)
                         }

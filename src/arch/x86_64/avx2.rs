@@ -219,6 +219,35 @@ impl Simd for Avx2 {
         }
     }
     #[inline(always)]
+    unsafe fn load_u16_high(p: *const u16) -> __m256i {
+        unsafe {
+            // Both 128-bit lanes get all 8 words from a broadcast load (a load-port uop only);
+            // one in-lane `vpshufb` then puts words 0-3 (lane 0) and 4-7 (lane 1) into the
+            // dwords' high halves, zeroing the low. A widening load and a shift did this: two
+            // uops, one on the lane-crossing shuffle port.
+            let x = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
+            _mm256_shuffle_epi8(
+                x,
+                _mm256_setr_epi8(
+                    -1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7, //
+                    -1, -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15,
+                ),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_u16_halves(hi: *const u16, lo: *const u16) -> __m256i {
+        unsafe {
+            // From broadcast loads, `vpunpcklwd` interleaves words 0-3 (right for lane 0) and
+            // `vpunpckhwd` words 4-7 (right for lane 1); a blend takes each lane from its own.
+            // Three uops, none lane-crossing, where two widening loads, a shift and an OR took
+            // four, two of them on the lane-crossing shuffle port.
+            let l = _mm256_broadcastsi128_si256(_mm_loadu_si128(lo.cast()));
+            let h = _mm256_broadcastsi128_si256(_mm_loadu_si128(hi.cast()));
+            _mm256_blend_epi32::<0xF0>(_mm256_unpacklo_epi16(l, h), _mm256_unpackhi_epi16(l, h))
+        }
+    }
+    #[inline(always)]
     unsafe fn store_u16_halves(hi: *mut u16, lo: *mut u16, v: __m256i) {
         unsafe {
             // One shuffle puts both halves in place: quadwords [lo 0-3, hi 0-3, lo 4-7, hi 4-7]
