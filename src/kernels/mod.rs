@@ -445,6 +445,31 @@ unsafe fn mul_even_or_all<V: Simd, const EVEN: bool>(a: V::U, b: V::U) -> (V::U,
     }
 }
 
+/// How far ahead of a full chunk the stochastic conversions prefetch, in elements: 4 KiB of f32
+/// input (and 2 KiB of bf16 output, 1 KiB of fp8).
+const CONVERT_PREFETCH_AHEAD: isize = 1024;
+
+/// Whether a conversion of `n` elements with `rounding` prefetches ahead of each full chunk:
+/// stochastic ones only, from [`optim::PREFETCH_MIN`] elements. Their Philox fills are bursts of
+/// arithmetic with no loads, through which the hardware prefetchers' streams fell behind: at 64M
+/// elements on the `device` host (Sapphire Rapids), bf16 SR ran 0.866 → 0.603 ns per element with
+/// it. Nearest-even gained there too (0.659 → 0.535) but lost 12–16% on the Zen 4 VM, where SR
+/// moved by 2% (BENCHMARKS.md, "Prefetching the stochastic conversions").
+#[inline(always)]
+pub(crate) fn convert_prefetches<V: Simd>(rounding: Rounding, n: usize) -> bool {
+    V::HAS_PREFETCH && rounding == Rounding::Stochastic && n >= optim::PREFETCH_MIN
+}
+
+/// Prefetches [`CONVERT_PREFETCH_AHEAD`] elements past element `off` of a conversion's input and
+/// output (a hint: past the end of either it does nothing).
+#[inline(always)]
+pub(crate) unsafe fn convert_prefetch<V: Simd, T>(src: *const f32, dst: *mut T, off: isize) {
+    unsafe {
+        V::prefetch(src.wrapping_offset(off + CONVERT_PREFETCH_AHEAD).cast());
+        V::prefetch(dst.wrapping_offset(off + CONVERT_PREFETCH_AHEAD).cast());
+    }
+}
+
 /// Zeroed stack buffers for one partial chunk of one f32 or 16-bit buffer.
 pub(crate) struct Stage {
     pub f: [f32; MAX_LANES],
