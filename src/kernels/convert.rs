@@ -5,8 +5,8 @@
 
 use super::round::{from_f16, to_bf16, to_f16};
 use super::{
-    Chunk, ChunkBody, GroupBits, Stage, convert_prefetch, convert_prefetches, full_run_plain,
-    run_chunks, stage_in, stage_out,
+    Chunk, ChunkBody, GroupBits, Stage, full_run_plain, run_chunks, run_conversion, stage_in,
+    stage_out,
 };
 use crate::arch::Simd;
 use crate::reference::philox::BitsCoord;
@@ -80,8 +80,6 @@ struct NarrowK<V: Simd> {
     rng: GroupBits<V>,
     src: *const f32,
     dst: *mut u16,
-    /// [`convert_prefetches`].
-    prefetch: bool,
 }
 
 impl<V: Simd> NarrowK<V> {
@@ -100,14 +98,6 @@ impl<V: Simd> NarrowK<V> {
 }
 
 impl<V: Simd> ChunkBody<V> for NarrowK<V> {
-    #[inline(always)]
-    fn prefetching(&self) -> bool {
-        self.prefetch
-    }
-    #[inline(always)]
-    unsafe fn prefetch(&mut self, off: isize) {
-        unsafe { convert_prefetch::<V, _>(self.src, self.dst, off) }
-    }
     #[inline(always)]
     unsafe fn full(&mut self, off: isize, e: u64) {
         unsafe { self.chunk(self.src.offset(off), self.dst.offset(off), e) }
@@ -166,9 +156,8 @@ unsafe fn narrow_run<V: Simd>(
             rng: GroupBits::new(*coord),
             src: src.as_ptr(),
             dst: dst.as_mut_ptr(),
-            prefetch: convert_prefetches::<V>(rounding, src.len()),
         };
-        run_chunks::<V, _>(base, src.len(), &mut k);
+        run_conversion::<V, _, _>(base, src, dst.as_mut_ptr(), rounding, &mut k);
     }
 }
 

@@ -456,17 +456,69 @@ const CONVERT_PREFETCH_AHEAD: isize = 1024;
 /// it. Nearest-even gained there too (0.659 → 0.535) but lost 12–16% on the Zen 4 VM, where SR
 /// moved by 2% (BENCHMARKS.md, "Prefetching the stochastic conversions").
 #[inline(always)]
-pub(crate) fn convert_prefetches<V: Simd>(rounding: Rounding, n: usize) -> bool {
+fn convert_prefetches<V: Simd>(rounding: Rounding, n: usize) -> bool {
     V::HAS_PREFETCH && rounding == Rounding::Stochastic && n >= optim::PREFETCH_MIN
 }
 
-/// Prefetches [`CONVERT_PREFETCH_AHEAD`] elements past element `off` of a conversion's input and
-/// output (a hint: past the end of either it does nothing).
+/// A conversion's chunk body with prefetching added: [`CONVERT_PREFETCH_AHEAD`] elements past each
+/// full chunk in the input and output (a hint: past the end of either it does nothing).
+struct Prefetched<'a, B, T> {
+    body: &'a mut B,
+    src: *const f32,
+    dst: *mut T,
+}
+
+impl<V: Simd, B: ChunkBody<V>, T> ChunkBody<V> for Prefetched<'_, B, T> {
+    #[inline(always)]
+    fn prefetching(&self) -> bool {
+        true
+    }
+    #[inline(always)]
+    unsafe fn prefetch(&mut self, off: isize) {
+        unsafe {
+            V::prefetch(
+                self.src
+                    .wrapping_offset(off + CONVERT_PREFETCH_AHEAD)
+                    .cast(),
+            );
+            V::prefetch(
+                self.dst
+                    .wrapping_offset(off + CONVERT_PREFETCH_AHEAD)
+                    .cast(),
+            );
+        }
+    }
+    #[inline(always)]
+    unsafe fn full(&mut self, off: isize, e: u64) {
+        unsafe { self.body.full(off, e) }
+    }
+    #[inline(always)]
+    unsafe fn partial(&mut self, c: &Chunk) {
+        unsafe { self.body.partial(c) }
+    }
+}
+
+/// [`run_chunks`] for a conversion from `src` to `dst` (element `i` of the body's slices is
+/// element `i` of both), prefetching where [`convert_prefetches`] says so.
 #[inline(always)]
-pub(crate) unsafe fn convert_prefetch<V: Simd, T>(src: *const f32, dst: *mut T, off: isize) {
+pub(crate) unsafe fn run_conversion<V: Simd, B: ChunkBody<V>, T>(
+    base: u64,
+    src: &[f32],
+    dst: *mut T,
+    rounding: Rounding,
+    body: &mut B,
+) {
     unsafe {
-        V::prefetch(src.wrapping_offset(off + CONVERT_PREFETCH_AHEAD).cast());
-        V::prefetch(dst.wrapping_offset(off + CONVERT_PREFETCH_AHEAD).cast());
+        if convert_prefetches::<V>(rounding, src.len()) {
+            let mut p = Prefetched {
+                body,
+                src: src.as_ptr(),
+                dst,
+            };
+            run_chunks::<V, _>(base, src.len(), &mut p)
+        } else {
+            run_chunks::<V, _>(base, src.len(), body)
+        }
     }
 }
 

@@ -10,10 +10,7 @@
 //! blocks: each lane then takes its own block's divisor.
 
 use super::round::{Small, from_small, to_small};
-use super::{
-    Chunk, ChunkBody, GroupBits, convert_prefetch, convert_prefetches, run_chunks, stage_in,
-    stage_out,
-};
+use super::{Chunk, ChunkBody, GroupBits, run_chunks, run_conversion, stage_in, stage_out};
 use crate::arch::{MAX_LANES, Simd};
 use crate::quant::Fp8;
 use crate::reference::philox::BitsCoord;
@@ -100,8 +97,6 @@ struct ToFp8<V: Simd> {
     rng: GroupBits<V>,
     src: *const f32,
     dst: *mut u8,
-    /// [`convert_prefetches`].
-    prefetch: bool,
 }
 
 impl<V: Simd> ToFp8<V> {
@@ -120,14 +115,6 @@ impl<V: Simd> ToFp8<V> {
 }
 
 impl<V: Simd> ChunkBody<V> for ToFp8<V> {
-    #[inline(always)]
-    fn prefetching(&self) -> bool {
-        self.prefetch
-    }
-    #[inline(always)]
-    unsafe fn prefetch(&mut self, off: isize) {
-        unsafe { convert_prefetch::<V, _>(self.src, self.dst, off) }
-    }
     #[inline(always)]
     unsafe fn full(&mut self, off: isize, e: u64) {
         unsafe { self.chunk(self.src.offset(off), self.dst.offset(off), e) }
@@ -161,9 +148,8 @@ pub(crate) unsafe fn f32_to_fp8<V: Simd>(
             rng: GroupBits::new(*coord),
             src: src.as_ptr(),
             dst: dst.as_mut_ptr(),
-            prefetch: convert_prefetches::<V>(rounding, src.len()),
         };
-        run_chunks::<V, _>(base, src.len(), &mut k);
+        run_conversion::<V, _, _>(base, src, dst.as_mut_ptr(), rounding, &mut k);
     }
 }
 
