@@ -126,9 +126,9 @@ pub(crate) unsafe fn run_chunks<V: Simd, B: ChunkBody<V>>(base: u64, n: usize, b
 /// The Philox output words of one span of 128-element groups of one stream, cached until the
 /// chunks leave the span.
 ///
-/// A span is [`GroupBits::SPAN`] consecutive groups from a multiple of `SPAN`, filled in one go so that
-/// [`Simd::PHILOX_CHAINS`] counter vectors run their rounds side by side (the rounds of one
-/// vector are a dependency chain). On AVX-512 one group is only two counter vectors; a span of two
+/// A span is [`GroupBits::SPAN`] consecutive groups from a multiple of `SPAN`, filled in one go
+/// so that [`Simd::PHILOX_CHAINS`] counter vectors run their rounds side by side (the rounds of
+/// one vector are a dependency chain). On AVX-512 one group is only two counter vectors; a span of two
 /// groups made `philox_bits` 15% faster (docs/DESIGN.md). The bits are the same whatever the span:
 /// SPEC.md §3.2 fixes them per element.
 pub(crate) struct GroupBits<V: Simd> {
@@ -206,11 +206,11 @@ impl<V: Simd> GroupBits<V> {
     }
 
     /// Sets up [`RoundConsts`] for counter word 1 `word1` (the other words are the stream's).
-    /// Runs on the first fill and when word 1 changes (once per 2^32 blocks), reached through
-    /// [`PhiloxFill::set_round_consts`], out of line: inlined at every fill, it tripled the code
-    /// of the SR kernels.
+    /// Runs on the first fill and when word 1 changes (once per 2^32 blocks). Inlined into the
+    /// fill: an out-of-line call there made LLVM keep the chunk loops' vector constants in memory
+    /// (gungraun, AVX2: bf16 SR +12% instructions).
     #[inline(always)]
-    pub(crate) unsafe fn set_round_consts(&mut self, word1: u32) {
+    unsafe fn set_round_consts(&mut self, word1: u32) {
         unsafe {
             let (step, stream_word) = (self.coord.step, self.coord.stream_word);
             let key = |r: u32| {
