@@ -150,14 +150,17 @@ unsafe fn narrow_run<V: Simd>(
     base: u64,
 ) {
     unsafe {
+        // One pointer for the body and the prefetching: a second `as_mut_ptr` would retag the
+        // slice and invalidate the first (Miri, Stacked Borrows).
+        let dst = dst.as_mut_ptr();
         let mut k = NarrowK::<V> {
             fmt,
             rounding,
             rng: GroupBits::new(*coord),
             src: src.as_ptr(),
-            dst: dst.as_mut_ptr(),
+            dst,
         };
-        run_conversion::<V, _, _>(base, src, dst.as_mut_ptr(), rounding, &mut k);
+        run_conversion::<V, _, _>(base, src, dst, rounding, &mut k);
     }
 }
 
