@@ -49,7 +49,7 @@ pub mod reference;
 pub mod rng;
 mod storage;
 
-pub use dispatch::{ALL_BACKENDS, BACKEND_ENV, Backend, Engine};
+pub use dispatch::{ALL_BACKENDS, BACKEND_ENV, Backend, Engine, PREFETCH_ENV, software_prefetch};
 pub use error::{Error, Result};
 pub use optim::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Checkpoint, LambConfig, LambTensor,

@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
 """Markdown tables from benches/parallel.rs's criterion results, for BENCHMARKS.md and notes.
 
-Usage: python3 tools/scaling_table.py [target/criterion | results.txt]
+Usage: python3 tools/scaling_table.py [target/criterion | results.txt ...]
 (results.txt: lines "<group>/<function>/<value> <time> <unit>", as printed on a machine where
-criterion's files could not be kept: the point estimate criterion prints.)
+criterion's files could not be kept: the point estimate criterion prints. With several files,
+each a run of the same benchmarks, every time is the median over the runs, and a last column
+lists each run's own "scaling vs copy", so the spread between runs is in the table.)
 Scaling: per optimizer and workload, one row per thread count: median ns per parameter, GB/s
-(B bytes per parameter moved once), the same-traffic copy loop on the same pool, "% roof" (copy
-time / kernel time), the speedup over 1 thread of kernel and copy loop, and their ratio ("scaling
+(B bytes per parameter moved once), the same-traffic copy loop on the same pool (the faster of its plain and
+prefetching forms), "% roof" (copy time / kernel time), the speedup over 1 thread of kernel and copy loop, and their ratio ("scaling
 vs copy": 1.0 means the kernel scales exactly as well as the memory allows).
 Grain: calling thread vs pool per step size.
 """
-import json, os, sys
+import json, os, statistics, sys
 from collections import defaultdict
 
-root = sys.argv[1] if len(sys.argv) > 1 else "target/criterion"
+roots = sys.argv[1:] or ["target/criterion"]
 scal = defaultdict(dict)  # (opt, bytes, workload) -> threads -> {fn: ns/elem}
+runs = []  # with several result files: one such dict per file
 grain = defaultdict(dict)  # size -> fn -> ns/elem
 UNITS = {"ns": 1, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
 
@@ -27,7 +30,7 @@ def elements(workload):
         return gpt2_params()
     return int(workload[:-1]) * (1 << 20 if workload.endswith("M") else 1 << 10)
 
-def results():
+def results(root):
     if os.path.isfile(root):
         for line in open(root):
             name, t, unit = line.split()
@@ -46,35 +49,64 @@ def results():
         yield (bench["group_id"], bench["function_id"], bench["value_str"],
                est["median"]["point_estimate"] / bench["throughput"]["Elements"])
 
-for group, fn, val, ns in results():
-    parts = group.split("/")
-    if parts[0] == "grain":
-        grain[parts[2]][f"{fn} {val}"] = ns
-    elif len(parts) == 3:
-        opt, per, wl = parts
-        scal[(opt, int(per.split("B-")[0]), wl)].setdefault(int(val[:-1]), {})[fn] = ns
+samples = defaultdict(list)
+for root in roots:
+    run = defaultdict(dict)
+    for group, fn, val, ns in results(root):
+        parts = group.split("/")
+        if parts[0] == "grain":
+            grain[parts[2]][f"{fn} {val}"] = ns
+        elif len(parts) == 3:
+            opt, per, wl = parts
+            key = (opt, int(per.split("B-")[0]), wl)
+            run[key].setdefault(int(val[:-1]), {})[fn] = ns
+            samples[(key, int(val[:-1]), fn)].append(ns)
+    runs.append(run)
+for (key, t, fn), v in samples.items():
+    scal[key].setdefault(t, {})[fn] = statistics.median(v)
 
 def wl_key(w):
     return (1, 0) if w == "gpt2" else (0, int(w[:-1]) * (1 << 20 if w.endswith("M") else 1 << 10))
 
+def roof_of(r):
+    """The roof: the faster of the copy loops (plain and prefetching) timed on that pool."""
+    roofs = [v for f, v in r.items() if f.startswith("copy-roof")]
+    return min(roofs) if roofs else None
+
+def kernel_of(r):
+    return next((v for f, v in r.items() if not f.startswith("copy-roof")), None)
+
+def scaling(rows, t):
+    """Kernel speedup over the fewest threads divided by the roof's, or None."""
+    if t not in rows:
+        return None
+    base, r = rows[min(rows)], rows[t]
+    try:
+        return (kernel_of(base) / kernel_of(r)) / (roof_of(base) / roof_of(r))
+    except (TypeError, ZeroDivisionError):
+        return None
+
+many = len(roots) > 1
 if scal:
-    print("| optimizer | workload | threads | ns/param | GB/s | copy loop ns/param | % roof | speedup | copy speedup | scaling vs copy |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| optimizer | workload | threads | ns/param | GB/s | copy loop ns/param | % roof | speedup | copy speedup | scaling vs copy |"
+          + (" each run |" if many else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if many else ""))
 for (opt, nb, wl) in sorted(scal, key=lambda k: (k[0], wl_key(k[2]))):
     rows = scal[(opt, nb, wl)]
     base = rows.get(min(rows))
     for t in sorted(rows):
         r = rows[t]
-        roof = r.get("copy-roof")
-        k = next((v for f, v in r.items() if f != "copy-roof"), None)
+        roof, k = roof_of(r), kernel_of(r)
         if k is None:
             continue
-        sp = base_k = next((v for f, v in base.items() if f != "copy-roof"), None)
+        base_k, base_roof = kernel_of(base), roof_of(base)
         speed = base_k / k if base_k else float("nan")
-        cspeed = base["copy-roof"] / roof if roof and "copy-roof" in base else float("nan")
+        cspeed = base_roof / roof if roof and base_roof else float("nan")
         print(f"| {opt} | {wl} | {t} | {k:.3f} | {nb / k:.1f} | "
               + (f"{roof:.3f} | {100 * roof / k:.0f}% | " if roof else "- | - | ")
-              + f"{speed:.2f}x | {cspeed:.2f}x | {speed / cspeed:.2f} |")
+              + f"{speed:.2f}x | {cspeed:.2f}x | {speed / cspeed:.2f} |"
+              + (" " + ", ".join(f"{x:.2f}" if (x := scaling(run[(opt, nb, wl)], t)) else "-"
+                                for run in runs) + " |" if many else ""))
 if grain:
     print()
     print("| step size | " + " | ".join(sorted(next(iter(grain.values())))) + " |")

@@ -457,7 +457,10 @@ const CONVERT_PREFETCH_AHEAD: isize = 1024;
 /// moved by 2% (BENCHMARKS.md, "Prefetching the stochastic conversions").
 #[inline(always)]
 fn convert_prefetches<V: Simd>(rounding: Rounding, n: usize) -> bool {
-    V::HAS_PREFETCH && rounding == Rounding::Stochastic && n >= optim::PREFETCH_MIN
+    V::HAS_PREFETCH
+        && rounding == Rounding::Stochastic
+        && n >= optim::PREFETCH_MIN
+        && crate::dispatch::software_prefetch()
 }
 
 /// A conversion's chunk body with prefetching added: [`CONVERT_PREFETCH_AHEAD`] elements past each

@@ -833,7 +833,7 @@ unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
             s1: b.s1,
             s2: b.s2,
         };
-        let prefetch = V::HAS_PREFETCH && n >= PREFETCH_MIN;
+        let prefetch = V::HAS_PREFETCH && n >= PREFETCH_MIN && crate::dispatch::software_prefetch();
         run_chunks::<V, _>(base, n, &mut Driver { b, op, c, prefetch });
     }
 }
