@@ -190,8 +190,9 @@ pub const PREFETCH_ENV: &str = "HALFSTEP_PREFETCH";
 
 /// Whether the x86 backends issue software prefetches on long runs (optimizer steps, stochastic
 /// conversions; a hint that never changes a bit). `auto` (the default) turns them on for Intel
-/// CPUs only: on Sapphire Rapids they made 64M-element steps 5–20% faster, while on the Zen 4 VM
-/// the same steps ran 13–18% faster without them (BENCHMARKS.md, "Software prefetching on AMD").
+/// CPUs only: on a Sapphire Rapids host 64M-element steps took 1.05–1.30× the time without them,
+/// while on the Zen 4 VM the same steps took 0.85–0.95× the time without them (BENCHMARKS.md,
+/// "Software prefetching on AMD").
 /// Decided once per process; a value other than `on`, `off` or `auto` is reported on stderr once
 /// and read as `auto`.
 pub fn software_prefetch() -> bool {
