@@ -10,7 +10,8 @@
 //! every buffer B bytes past a 64-byte boundary (split cache lines), and
 //! `STEP_TIMER_PAGE_OFFSETS=W,G,S0,S1` starts the weights, grads and the two states at those byte
 //! offsets within a 4 KiB page (where a load may falsely wait on an earlier store to another
-//! buffer whose address has the same low 12 bits: "4K aliasing").
+//! buffer whose address has the same low 12 bits: "4K aliasing"). `STEP_TIMER_ADDRESSES=1` prints
+//! where each buffer starts and exits (to check which buffers collide in AMD's L1 µtags).
 
 use halfstep::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Engine, Grads, LambConfig, LambTensor,
@@ -81,6 +82,20 @@ fn main() {
     let mut w32 = Placed::new(0f32, n, at(0));
     w32.copy_from_slice(&w);
     let (mut s0, mut s1) = (Placed::new(0f32, n, at(2)), Placed::new(0f32, n, at(3)));
+    if std::env::var_os("STEP_TIMER_ADDRESSES").is_some() {
+        for (name, p) in [
+            ("top", top.as_ptr() as usize),
+            ("trail", trail.as_ptr() as usize),
+            ("g32", g32.as_ptr() as usize),
+            ("g16", g16.as_ptr() as usize),
+            ("w32", w32.as_ptr() as usize),
+            ("s0", s0.as_ptr() as usize),
+            ("s1", s1.as_ptr() as usize),
+        ] {
+            eprintln!("{name} {p:#x}");
+        }
+        return;
+    }
     let mut ws = LambWorkspace::default();
     // Step 2, not 1: step 1 of SGD with momentum only copies the gradient into the buffer, and
     // the peers' rows are later steps.

@@ -145,6 +145,12 @@ pub(crate) trait Simd: Copy + 'static + crate::kernels::PhiloxFill {
     /// AVX-512, where a chunk is the 64 bytes between tensors allocated one after another; on
     /// AVX2 it added 2.5-7% instructions (16 registers) and the hosts that gain were not at hand.
     const OVERLAP_CHUNKS: bool = false;
+    /// How many consecutive full chunks the optimizer kernels load and store together, buffer
+    /// by buffer, where the weights are split (`kernels::optim`, `Driver::full_run`: why). On
+    /// AVX-512, 2: the chunks whose 16-bit elements fill one 64-byte line. On AVX2 also 2 (half
+    /// a line): 4 ran split SGD at 64M elements 25% faster again on Zen 4, but LAMB at 64K 8%
+    /// slower than 2 (16 registers). 1 loads and stores chunk by chunk.
+    const STORE_GROUP: usize = 1;
 
     // ---- 16-bit memory
     /// Loads `LANES` u16, zero-extended.
@@ -159,16 +165,45 @@ pub(crate) trait Simd: Copy + 'static + crate::kernels::PhiloxFill {
     /// `hi[l] << 16 | lo[l]` per lane: `LANES` u16 from each (split weights).
     #[inline(always)]
     unsafe fn load_u16_halves(hi: *const u16, lo: *const u16) -> Self::U {
-        unsafe { Self::or_u(Self::shl::<16>(Self::load_u16(hi)), Self::load_u16(lo)) }
+        unsafe { Self::unpack_u16_halves(Self::load_u16_raw(hi), Self::load_u16_raw(lo)) }
+    }
+    /// `LANES` u16 from `p`, arranged for [`Simd::unpack_u16_halves`]: [`Simd::load_u16_halves`]
+    /// in parts, so that the driver can load the trails of several chunks before their tops.
+    #[inline(always)]
+    unsafe fn load_u16_raw(p: *const u16) -> Self::U {
+        unsafe { Self::load_u16(p) }
+    }
+    /// `hi[l] << 16 | lo[l]` per lane from two [`Simd::load_u16_raw`].
+    #[inline(always)]
+    unsafe fn unpack_u16_halves(hi: Self::U, lo: Self::U) -> Self::U {
+        unsafe { Self::or_u(Self::shl::<16>(hi), lo) }
     }
     /// Stores the high 16 bits of each lane to `hi` and the low 16 bits to `lo` (split weights,
     /// and the random bits of 32 elements, whose word holds two elements' bits).
     #[inline(always)]
     unsafe fn store_u16_halves(hi: *mut u16, lo: *mut u16, v: Self::U) {
         unsafe {
-            Self::store_u16(hi, Self::shr::<16>(v));
-            Self::store_u16(lo, v);
+            let packed = Self::pack_u16_halves(v);
+            Self::store_packed_lo(lo, packed);
+            Self::store_packed_hi(hi, packed);
         }
+    }
+    /// `v` arranged so that [`Simd::store_packed_lo`] and [`Simd::store_packed_hi`] store its
+    /// lanes' low and high 16 bits: [`Simd::store_u16_halves`] in two parts, so that the driver
+    /// can store the trails of several chunks before their tops (`kernels::optim`, why).
+    #[inline(always)]
+    unsafe fn pack_u16_halves(v: Self::U) -> Self::U {
+        v
+    }
+    /// Stores the low 16 bits of each lane of `v` (as [`Simd::pack_u16_halves`] left it).
+    #[inline(always)]
+    unsafe fn store_packed_lo(lo: *mut u16, packed: Self::U) {
+        unsafe { Self::store_u16(lo, packed) }
+    }
+    /// Stores the high 16 bits of each lane of `v` (as [`Simd::pack_u16_halves`] left it).
+    #[inline(always)]
+    unsafe fn store_packed_hi(hi: *mut u16, packed: Self::U) {
+        unsafe { Self::store_u16(hi, Self::shr::<16>(packed)) }
     }
 
     // ---- 8-bit and 4-bit memory (the low-bit formats)

@@ -13,6 +13,31 @@ use crate::reference::round::Rounding;
 use crate::rng::{Purpose, StepContext, TensorStream, coord};
 use crate::storage::{Grads, State, Weights};
 
+/// Runs `$body` with `$i` bound to 0, 1, … `$g - 1` (`$g` at most 4, known at compile time),
+/// unrolled in the source. A `for` loop over a group was left rolled where the body was large
+/// (LAMB, Adam), with the group's arrays in memory: LAMB at 64K elements ran 30% slower on AVX2.
+macro_rules! unrolled {
+    ($g:expr, $i:ident => $body:block) => {{
+        const { assert!($g <= 4) };
+        if 0 < $g {
+            let $i: usize = 0;
+            $body
+        }
+        if 1 < $g {
+            let $i: usize = 1;
+            $body
+        }
+        if 2 < $g {
+            let $i: usize = 2;
+            $body
+        }
+        if 3 < $g {
+            let $i: usize = 3;
+            $body
+        }
+    }};
+}
+
 /// One buffer as raw pointers to element 0 of the slice, its kind known only at run time (the
 /// storage kinds a caller passed). Gradients are never written.
 #[derive(Clone, Copy)]
@@ -62,6 +87,12 @@ trait Access<V: Simd>: Copy {
     /// Whether the kind is f32 (or absent): decides the layout's prefetch distance.
     const WIDE: bool = false;
 
+    /// Whether calls with this kind of weights load and store their chunks in groups
+    /// (`Driver::full_run`: why): split weights only. Grouped too, f32 SGD at 64K elements ran
+    /// 10% (AVX-512) and 19% (AVX2) slower on Zen 4; all-f32 steps gained only where their
+    /// buffers collided.
+    const GROUPED: bool = false;
+
     /// Whether stores must hold canonical NaNs (SPEC.md §5): every kind the caller passes. Not
     /// the library's own scratch, nor an absent buffer.
     const CANONICAL: bool = true;
@@ -72,6 +103,19 @@ trait Access<V: Simd>: Copy {
 
     /// `LANES` elements from local index `off`, widened to f32 (exact).
     unsafe fn load(&self, off: isize) -> V::F;
+
+    /// [`Access::load`] of `G` consecutive chunks from `off`: chunk by chunk, but for split
+    /// weights all trails before all tops (`Driver::full_run`: why).
+    #[inline(always)]
+    unsafe fn load_group<const G: usize>(&self, off: isize) -> [V::F; G] {
+        unsafe {
+            let mut v = [V::splat(0.0); G];
+            unrolled!(G, i => {
+                v[i] = self.load(off + (i * V::LANES) as isize);
+            });
+            v
+        }
+    }
 
     /// The bits `v` is stored as (narrowed for bf16); `rng` supplies the random bits of the chunk
     /// at global index `e`, drawn only for stochastic rounding. By default the full f32 bits (f32
@@ -92,6 +136,22 @@ trait Access<V: Simd>: Copy {
 
     /// Stores `v` (NaNs already canonical where [`Access::CANONICAL`]).
     unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64);
+
+    /// Stores `G` consecutive chunks, `vs[i]` at local index `off + i * LANES` (global
+    /// `e + i * LANES`): chunk by chunk, but for split weights all trails before all tops
+    /// (`Driver::full_run`: why).
+    #[inline(always)]
+    unsafe fn store_group<const G: usize>(
+        &self,
+        off: isize,
+        vs: &[V::F; G],
+        rng: &mut GroupBits<V>,
+        e: u64,
+    ) {
+        unrolled!(G, i => {
+            unsafe { self.store(off + (i * V::LANES) as isize, vs[i], rng, e + (i * V::LANES) as u64) }
+        });
+    }
 
     /// Prefetches `ahead` bytes past local index `off` (which may lie past the buffer).
     #[inline(always)]
@@ -165,6 +225,8 @@ impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
 }
 
 impl<V: Simd> Access<V> for SplitBuf {
+    const GROUPED: bool = true;
+
     fn from_buf(b: Option<Buf>) -> Option<Self> {
         match b {
             Some(Buf::Split(t, l)) => Some(SplitBuf(t, l)),
@@ -182,6 +244,45 @@ impl<V: Simd> Access<V> for SplitBuf {
         unsafe {
             let b = <Self as Access<V>>::encode(self, v, rng, e);
             V::store_u16_halves(self.0.offset(off), self.1.offset(off), b);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load_group<const G: usize>(&self, off: isize) -> [V::F; G] {
+        unsafe {
+            let mut lo = [V::splat_u(0); G];
+            unrolled!(G, i => {
+                lo[i] = V::load_u16_raw(self.1.offset(off + (i * V::LANES) as isize));
+            });
+            let mut v = [V::splat(0.0); G];
+            unrolled!(G, i => {
+                let hi = V::load_u16_raw(self.0.offset(off + (i * V::LANES) as isize));
+                v[i] = V::from_bits(V::unpack_u16_halves(hi, lo[i]));
+            });
+            v
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store_group<const G: usize>(
+        &self,
+        off: isize,
+        vs: &[V::F; G],
+        _rng: &mut GroupBits<V>,
+        _e: u64,
+    ) {
+        unsafe {
+            // Split bits need no random bits (`encode` is the f32 bits).
+            let mut packed = [V::splat_u(0); G];
+            unrolled!(G, i => {
+                packed[i] = V::pack_u16_halves(V::to_bits(vs[i]));
+            });
+            unrolled!(G, i => {
+                V::store_packed_hi(self.0.offset(off + (i * V::LANES) as isize), packed[i]);
+            });
+            unrolled!(G, i => {
+                V::store_packed_lo(self.1.offset(off + (i * V::LANES) as isize), packed[i]);
+            });
         }
     }
 
@@ -311,6 +412,17 @@ impl<V: Simd> Access<V> for Buf {
     }
 
     #[inline(always)]
+    unsafe fn load_group<const G: usize>(&self, off: isize) -> [V::F; G] {
+        unsafe {
+            match *self {
+                Buf::F32(p) => Access::<V>::load_group(&F32Buf::<true>(p), off),
+                Buf::Split(t, l) => Access::<V>::load_group(&SplitBuf(t, l), off),
+                Buf::Bf16(p, r) => Access::<V>::load_group(&Bf16Buf(p, r), off),
+            }
+        }
+    }
+
+    #[inline(always)]
     unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
         unsafe {
             match *self {
@@ -339,6 +451,23 @@ impl<V: Simd> Access<V> for Buf {
                 Buf::F32(p) => F32Buf::<true>(p).store(off, v, rng, e),
                 Buf::Split(t, l) => SplitBuf(t, l).store(off, v, rng, e),
                 Buf::Bf16(p, r) => Bf16Buf(p, r).store(off, v, rng, e),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store_group<const G: usize>(
+        &self,
+        off: isize,
+        vs: &[V::F; G],
+        rng: &mut GroupBits<V>,
+        e: u64,
+    ) {
+        unsafe {
+            match *self {
+                Buf::F32(p) => F32Buf::<true>(p).store_group(off, vs, rng, e),
+                Buf::Split(t, l) => SplitBuf(t, l).store_group(off, vs, rng, e),
+                Buf::Bf16(p, r) => Bf16Buf(p, r).store_group(off, vs, rng, e),
             }
         }
     }
@@ -510,6 +639,14 @@ struct Vals<V: Simd> {
     s: [V::F; 3],
 }
 
+impl<V: Simd> Clone for Vals<V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<V: Simd> Copy for Vals<V> {}
+
 /// One optimizer's (or pass's) arithmetic on a chunk. A trait with an always-inlined method
 /// rather than a closure, so the code compiles with the entry point's target features.
 trait ElementOp<V: Simd> {
@@ -580,12 +717,70 @@ unsafe fn finish<V: Simd, L: Layout<V>, O: ElementOp<V>>(
     op: &mut O,
     b: &mut Bufs<V, L>,
     c: &ChunkBufs<V, L>,
-    mut v: Vals<V>,
+    v: Vals<V>,
+    off: isize,
+    e: u64,
+) {
+    unsafe { finish_group::<V, L, O, 1>(op, b, c, [v], off, e) }
+}
+
+/// [`finish`] for `G` consecutive chunks from `off` (global `e`): applies `op` to each in order,
+/// then stores them buffer by buffer ([`Access::store_group`]).
+#[inline(always)]
+unsafe fn finish_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
+    op: &mut O,
+    b: &mut Bufs<V, L>,
+    c: &ChunkBufs<V, L>,
+    mut vs: [Vals<V>; G],
     off: isize,
     e: u64,
 ) {
     unsafe {
-        op.apply(&mut v, e, b);
+        unrolled!(G, i => {
+            compute::<V, L, O>(op, b, &mut vs[i], e + (i * V::LANES) as u64);
+        });
+        let [r0, r1, r2] = &mut b.rng_s;
+        // Gathered per buffer (no closures: see `any_nan`), and stored in the reverse of the
+        // order loaded: of two buffers whose lines collide, the one loaded last is the one in
+        // L1, so it is stored first.
+        let mut x = [V::splat(0.0); G];
+        if O::WRITE_S[2] {
+            unrolled!(G, i => {
+                x[i] = vs[i].s[2];
+            });
+            c.s2.store_group(off, &x, r2, e);
+        }
+        if O::WRITE_S[1] {
+            unrolled!(G, i => {
+                x[i] = vs[i].s[1];
+            });
+            c.s1.store_group(off, &x, r1, e);
+        }
+        if O::WRITE_S[0] {
+            unrolled!(G, i => {
+                x[i] = vs[i].s[0];
+            });
+            c.s0.store_group(off, &x, r0, e);
+        }
+        if O::WRITE_W {
+            unrolled!(G, i => {
+                x[i] = vs[i].p;
+            });
+            c.w.store_group(off, &x, &mut b.rng_w, e);
+        }
+    }
+}
+
+/// Applies `op` to one chunk's values (global index `e`) and canonicalises the NaNs it stores.
+#[inline(always)]
+unsafe fn compute<V: Simd, L: Layout<V>, O: ElementOp<V>>(
+    op: &mut O,
+    b: &mut Bufs<V, L>,
+    v: &mut Vals<V>,
+    e: u64,
+) {
+    unsafe {
+        op.apply(v, e, b);
         // NaN canonicalisation (SPEC.md §5) for the whole chunk at once: an unordered compare
         // per pair of stored vectors and one test, the blends only when some lane is NaN
         // (it was a compare and a blend per stored vector: on AVX2 the blend is a multi-uop
@@ -609,19 +804,6 @@ unsafe fn finish<V: Simd, L: Layout<V>, O: ElementOp<V>>(
             if canon[3] {
                 v.p = canonicalize::<V>(v.p);
             }
-        }
-        let [r0, r1, r2] = &mut b.rng_s;
-        if O::WRITE_S[0] {
-            c.s0.store(off, v.s[0], r0, e);
-        }
-        if O::WRITE_S[1] {
-            c.s1.store(off, v.s[1], r1, e);
-        }
-        if O::WRITE_S[2] {
-            c.s2.store(off, v.s[2], r2, e);
-        }
-        if O::WRITE_W {
-            c.w.store(off, v.p, &mut b.rng_w, e);
         }
     }
 }
@@ -704,36 +886,24 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     /// after it, at an address equal modulo 1 MiB, and on Sapphire Rapids the in-order loop ran
     /// 2-3x slower (BENCHMARKS.md, "Buffers 64 bytes past a multiple of 1 MiB"). The bits are
     /// the same: a chunk still reads only its own elements, and a call's buffers never overlap.
+    ///
+    /// And, where the weights are split, loaded and stored in groups of [`Simd::STORE_GROUP`]
+    /// chunks, buffer by buffer (all of a group's trails, then all its tops; stores in the
+    /// reverse order of the loads) rather than chunk by chunk. Why: AMD's L1 holds one line per
+    /// set and "µtag" (a hash of address bits 12-27), so two buffers whose lines collide evict
+    /// each other at every access, and stores retire in order. A split tensor of 64M elements,
+    /// allocated as two 128 MiB buffers one after another (PyTorch, glibc), collides along half
+    /// its length; chunk by chunk, split SGD ran 1.6x slower on AVX-512 and 2.7x on AVX2 than
+    /// with the buffers apart (BENCHMARKS.md, "AMD's µtag"). Grouped, a group's accesses to one
+    /// line follow each other. Same bits: each chunk is computed as alone, in the same order.
     #[inline(always)]
-    unsafe fn full_run(&mut self, mut off: isize, mut e: u64, end: u64) {
+    unsafe fn full_run(&mut self, off: isize, e: u64, end: u64) {
         unsafe {
-            let l = V::LANES as u64;
-            if !V::OVERLAP_CHUNKS || end - e < 2 * l {
-                return full_run_plain::<V, Self>(self, off, e, end);
+            match if L::W::GROUPED { V::STORE_GROUP } else { 1 } {
+                2 => self.full_run_grouped::<2>(off, e, end),
+                4 => self.full_run_grouped::<4>(off, e, end),
+                _ => self.full_run_grouped::<1>(off, e, end),
             }
-            let last = end - l;
-            let mut v = load_vals::<V, L, O>(&self.c, off);
-            // Two copies of the loop, as in `full_run_plain`.
-            if self.prefetch {
-                while e < last {
-                    self.prefetch(off);
-                    let next = load_vals::<V, L, O>(&self.c, off + V::LANES as isize);
-                    finish::<V, L, O>(self.op, self.b, &self.c, v, off, e);
-                    v = next;
-                    off += V::LANES as isize;
-                    e += l;
-                }
-                self.prefetch(off);
-            } else {
-                while e < last {
-                    let next = load_vals::<V, L, O>(&self.c, off + V::LANES as isize);
-                    finish::<V, L, O>(self.op, self.b, &self.c, v, off, e);
-                    v = next;
-                    off += V::LANES as isize;
-                    e += l;
-                }
-            }
-            finish::<V, L, O>(self.op, self.b, &self.c, v, off, e);
         }
     }
 
@@ -787,6 +957,91 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
             if O::WRITE_S[2] {
                 c.s2.unstage(&st[4], ch);
             }
+        }
+    }
+}
+
+impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
+    /// [`ChunkBody::full_run`] with groups of `G` chunks, and the chunks after the last group
+    /// one by one. One copy of each loop body, with the prefetch test in the group loop (once
+    /// per group): a copy per case had made the test profile's build of the crate take minutes
+    /// longer.
+    #[inline(always)]
+    unsafe fn full_run_grouped<const G: usize>(&mut self, mut off: isize, mut e: u64, end: u64) {
+        unsafe {
+            let (l, gl) = (V::LANES as u64, (G * V::LANES) as u64);
+            if G == 1 && !V::OVERLAP_CHUNKS {
+                return full_run_plain::<V, Self>(self, off, e, end);
+            }
+            let last = e + (end - e) / gl * gl;
+            if last - e >= 2 * gl {
+                let mut v = self.load_group::<G>(off);
+                while e + gl < last {
+                    if self.prefetch {
+                        unrolled!(G, i => {
+                            self.prefetch(off + (i * V::LANES) as isize);
+                        });
+                    }
+                    if V::OVERLAP_CHUNKS {
+                        // The next group's loads before this group's stores.
+                        let next = self.load_group::<G>(off + gl as isize);
+                        finish_group::<V, L, O, G>(self.op, self.b, &self.c, v, off, e);
+                        v = next;
+                    } else {
+                        finish_group::<V, L, O, G>(self.op, self.b, &self.c, v, off, e);
+                        v = self.load_group::<G>(off + gl as isize);
+                    }
+                    off += gl as isize;
+                    e += gl;
+                }
+                finish_group::<V, L, O, G>(self.op, self.b, &self.c, v, off, e);
+                off += gl as isize;
+                e += gl;
+            }
+            while e < end {
+                process::<V, L, O>(self.op, self.b, &self.c, off, e);
+                off += l as isize;
+                e += l;
+            }
+        }
+    }
+
+    /// The values of the `G` chunks from `off`, loaded buffer by buffer.
+    #[inline(always)]
+    unsafe fn load_group<const G: usize>(&self, off: isize) -> [Vals<V>; G] {
+        unsafe {
+            let c = &self.c;
+            let zero = [V::splat(0.0); G];
+            let p = c.w.load_group::<G>(off);
+            let g = c.g.load_group::<G>(off);
+            let s0 = if O::READ_S[0] {
+                c.s0.load_group::<G>(off)
+            } else {
+                zero
+            };
+            let s1 = if O::READ_S[1] {
+                c.s1.load_group::<G>(off)
+            } else {
+                zero
+            };
+            let s2 = if O::READ_S[2] {
+                c.s2.load_group::<G>(off)
+            } else {
+                zero
+            };
+            let mut v = [Vals::<V> {
+                p: zero[0],
+                g: zero[0],
+                s: [zero[0]; 3],
+            }; G];
+            unrolled!(G, i => {
+                v[i] = Vals {
+                    p: p[i],
+                    g: g[i],
+                    s: [s0[i], s1[i], s2[i]],
+                };
+            });
+            v
         }
     }
 }

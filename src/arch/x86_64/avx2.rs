@@ -8,6 +8,7 @@ pub(crate) struct Avx2;
 
 impl Simd for Avx2 {
     const LANES: usize = 8;
+    const STORE_GROUP: usize = 2;
     type F = __m256;
     type U = __m256i;
     type M = __m256i;
@@ -236,27 +237,35 @@ impl Simd for Avx2 {
         }
     }
     #[inline(always)]
-    unsafe fn load_u16_halves(hi: *const u16, lo: *const u16) -> __m256i {
+    unsafe fn load_u16_raw(p: *const u16) -> __m256i {
+        unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn unpack_u16_halves(h: __m256i, l: __m256i) -> __m256i {
         unsafe {
             // From broadcast loads, `vpunpcklwd` interleaves words 0-3 (right for lane 0) and
             // `vpunpckhwd` words 4-7 (right for lane 1); a blend takes each lane from its own.
             // Three uops, none lane-crossing, where two widening loads, a shift and an OR took
             // four, two of them on the lane-crossing shuffle port.
-            let l = _mm256_broadcastsi128_si256(_mm_loadu_si128(lo.cast()));
-            let h = _mm256_broadcastsi128_si256(_mm_loadu_si128(hi.cast()));
             _mm256_blend_epi32::<0xF0>(_mm256_unpacklo_epi16(l, h), _mm256_unpackhi_epi16(l, h))
         }
     }
     #[inline(always)]
-    unsafe fn store_u16_halves(hi: *mut u16, lo: *mut u16, v: __m256i) {
+    unsafe fn pack_u16_halves(v: __m256i) -> __m256i {
         unsafe {
             // One shuffle puts both halves in place: quadwords [lo 0-3, hi 0-3, lo 4-7, hi 4-7]
             // become [lo 0-7 | hi 0-7].
             let halves = _mm256_shuffle_epi8(v, halves_shuffle());
-            let ordered = _mm256_permute4x64_epi64::<0b11_01_10_00>(halves);
-            _mm_storeu_si128(lo.cast(), _mm256_castsi256_si128(ordered));
-            _mm_storeu_si128(hi.cast(), _mm256_extracti128_si256::<1>(ordered));
+            _mm256_permute4x64_epi64::<0b11_01_10_00>(halves)
         }
+    }
+    #[inline(always)]
+    unsafe fn store_packed_lo(lo: *mut u16, packed: __m256i) {
+        unsafe { _mm_storeu_si128(lo.cast(), _mm256_castsi256_si128(packed)) }
+    }
+    #[inline(always)]
+    unsafe fn store_packed_hi(hi: *mut u16, packed: __m256i) {
+        unsafe { _mm_storeu_si128(hi.cast(), _mm256_extracti128_si256::<1>(packed)) }
     }
 
     #[inline(always)]

@@ -154,6 +154,7 @@ impl Simd for Avx512 {
     }
     const HAS_PREFETCH: bool = true;
     const OVERLAP_CHUNKS: bool = true;
+    const STORE_GROUP: usize = 2;
     #[inline(always)]
     unsafe fn prefetch(p: *const u8) {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
@@ -223,27 +224,32 @@ impl Simd for Avx512 {
         }
     }
     #[inline(always)]
-    unsafe fn load_u16_halves(hi: *const u16, lo: *const u16) -> __m512i {
+    unsafe fn load_u16_raw(p: *const u16) -> __m512i {
+        unsafe { _mm512_castsi256_si512(_mm256_loadu_si256(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn unpack_u16_halves(hi: __m512i, lo: __m512i) -> __m512i {
         unsafe {
             // [lo 0-15 | hi 0-15] as words, interleaved by one `vpermw` (port 5 once, where two
             // widening loads took it twice and a shift and an OR followed).
-            let both = _mm512_inserti64x4::<1>(
-                _mm512_castsi256_si512(_mm256_loadu_si256(lo.cast())),
-                _mm256_loadu_si256(hi.cast()),
-            );
+            let both = _mm512_inserti64x4::<1>(lo, _mm512_castsi512_si256(hi));
             _mm512_permutexvar_epi16(word_indices(&INTERLEAVE_HALVES), both)
         }
     }
     #[inline(always)]
-    unsafe fn store_u16_halves(hi: *mut u16, lo: *mut u16, v: __m512i) {
-        unsafe {
-            // One `vpermw` gathers [lo 0-15 | hi 0-15]; the upper half is stored by
-            // `vextracti64x4` to memory, which needs no shuffle port. Two `vpmovdw` (two port-5
-            // uops each) and a shift did this before.
-            let both = _mm512_permutexvar_epi16(word_indices(&GATHER_HALVES), v);
-            _mm256_storeu_si256(lo.cast(), _mm512_castsi512_si256(both));
-            _mm256_storeu_si256(hi.cast(), _mm512_extracti64x4_epi64::<1>(both));
-        }
+    unsafe fn pack_u16_halves(v: __m512i) -> __m512i {
+        // One `vpermw` gathers [lo 0-15 | hi 0-15]; the upper half is stored by
+        // `vextracti64x4` to memory, which needs no shuffle port. Two `vpmovdw` (two port-5
+        // uops each) and a shift did this before.
+        unsafe { _mm512_permutexvar_epi16(word_indices(&GATHER_HALVES), v) }
+    }
+    #[inline(always)]
+    unsafe fn store_packed_lo(lo: *mut u16, packed: __m512i) {
+        unsafe { _mm256_storeu_si256(lo.cast(), _mm512_castsi512_si256(packed)) }
+    }
+    #[inline(always)]
+    unsafe fn store_packed_hi(hi: *mut u16, packed: __m512i) {
+        unsafe { _mm256_storeu_si256(hi.cast(), _mm512_extracti64x4_epi64::<1>(packed)) }
     }
 
     #[inline(always)]
