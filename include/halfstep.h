@@ -108,7 +108,12 @@ typedef struct {
 // 4 KiB page as its weights, i.e. a whole number of pages apart. Buffers a cache line apart
 // modulo 1 MiB, which consecutive allocations from a heap often are, made steps 2-3x slower on
 // Sapphire Rapids, for PyTorch's kernels as for halfstep's (BENCHMARKS.md, "Buffers 64 bytes
-// past a multiple of 1 MiB"; the PyTorch package places its states this way).
+// past a multiple of 1 MiB"; the PyTorch package places its states this way). On AMD Zen, two
+// buffers also fight over L1 where their distance hashes to zero under its "µtag" (address bits
+// 12-27 folded: 12^27, 13^26, 14^25, 15^20, 16^21, 17^22, 18^23, 19^24): 128 MiB + 4 KiB
+// apart, as two 128 MiB buffers allocated one after another lie, is one such distance. halfstep
+// orders its accesses so that this costs little (BENCHMARKS.md, "AMD's µtag"), but a step over
+// buffers placed at other distances runs faster still.
 typedef struct {
   // Elements in every buffer.
   size_t len;
