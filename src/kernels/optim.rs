@@ -658,28 +658,48 @@ unsafe fn load_vals<V: Simd, L: Layout<V>, O: ElementOp<V>>(
     c: &ChunkBufs<V, L>,
     off: isize,
 ) -> Vals<V> {
+    unsafe { load_group::<V, L, O, 1>(c, off)[0] }
+}
+
+/// The values of the `G` chunks from `off`, loaded buffer by buffer ([`Access::load_group`]);
+/// a state slot the op does not read is left zero.
+#[inline(always)]
+unsafe fn load_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
+    c: &ChunkBufs<V, L>,
+    off: isize,
+) -> [Vals<V>; G] {
     unsafe {
-        Vals {
-            p: c.w.load(off),
-            g: c.g.load(off),
-            s: [
-                if O::READ_S[0] {
-                    c.s0.load(off)
-                } else {
-                    V::splat(0.0)
-                },
-                if O::READ_S[1] {
-                    c.s1.load(off)
-                } else {
-                    V::splat(0.0)
-                },
-                if O::READ_S[2] {
-                    c.s2.load(off)
-                } else {
-                    V::splat(0.0)
-                },
-            ],
-        }
+        let zero = [V::splat(0.0); G];
+        let p = c.w.load_group::<G>(off);
+        let g = c.g.load_group::<G>(off);
+        let s0 = if O::READ_S[0] {
+            c.s0.load_group::<G>(off)
+        } else {
+            zero
+        };
+        let s1 = if O::READ_S[1] {
+            c.s1.load_group::<G>(off)
+        } else {
+            zero
+        };
+        let s2 = if O::READ_S[2] {
+            c.s2.load_group::<G>(off)
+        } else {
+            zero
+        };
+        let mut v = [Vals::<V> {
+            p: zero[0],
+            g: zero[0],
+            s: [zero[0]; 3],
+        }; G];
+        unrolled!(G, i => {
+            v[i] = Vals {
+                p: p[i],
+                g: g[i],
+                s: [s0[i], s1[i], s2[i]],
+            };
+        });
+        v
     }
 }
 
@@ -979,7 +999,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
             let (l, gl) = (V::LANES as u64, (G * V::LANES) as u64);
             let last = e + (end - e) / gl * gl;
             if last - e >= 2 * gl {
-                let mut v = self.load_group::<G>(off);
+                let mut v = load_group::<V, L, O, G>(&self.c, off);
                 while e + gl < last {
                     if self.prefetch {
                         unrolled!(G, i => {
@@ -988,12 +1008,12 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                     }
                     if V::OVERLAP_CHUNKS {
                         // The next group's loads before this group's stores.
-                        let next = self.load_group::<G>(off + gl as isize);
+                        let next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
                         finish_group::<V, L, O, G>(self.op, self.b, &self.c, v, off, e);
                         v = next;
                     } else {
                         finish_group::<V, L, O, G>(self.op, self.b, &self.c, v, off, e);
-                        v = self.load_group::<G>(off + gl as isize);
+                        v = load_group::<V, L, O, G>(&self.c, off + gl as isize);
                     }
                     off += gl as isize;
                     e += gl;
@@ -1007,45 +1027,6 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                 off += l as isize;
                 e += l;
             }
-        }
-    }
-
-    /// The values of the `G` chunks from `off`, loaded buffer by buffer.
-    #[inline(always)]
-    unsafe fn load_group<const G: usize>(&self, off: isize) -> [Vals<V>; G] {
-        unsafe {
-            let c = &self.c;
-            let zero = [V::splat(0.0); G];
-            let p = c.w.load_group::<G>(off);
-            let g = c.g.load_group::<G>(off);
-            let s0 = if O::READ_S[0] {
-                c.s0.load_group::<G>(off)
-            } else {
-                zero
-            };
-            let s1 = if O::READ_S[1] {
-                c.s1.load_group::<G>(off)
-            } else {
-                zero
-            };
-            let s2 = if O::READ_S[2] {
-                c.s2.load_group::<G>(off)
-            } else {
-                zero
-            };
-            let mut v = [Vals::<V> {
-                p: zero[0],
-                g: zero[0],
-                s: [zero[0]; 3],
-            }; G];
-            unrolled!(G, i => {
-                v[i] = Vals {
-                    p: p[i],
-                    g: g[i],
-                    s: [s0[i], s1[i], s2[i]],
-                };
-            });
-            v
         }
     }
 }
