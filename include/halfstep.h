@@ -104,16 +104,18 @@ typedef struct {
 // `{exp_avg, exp_avg_sq, max_exp_avg_sq}`, LAMB `{exp_avg, exp_avg_sq}`; unused ones NULL.
 // No two buffers may overlap.
 //
-// Placement (speed only, never the bits): start each state buffer at the same offset within a
-// 4 KiB page as its weights, i.e. a whole number of pages apart. Buffers a cache line apart
-// modulo 1 MiB, which consecutive allocations from a heap often are, made steps 2-3x slower on
-// Sapphire Rapids, for PyTorch's kernels as for halfstep's (BENCHMARKS.md, "Buffers 64 bytes
-// past a multiple of 1 MiB"; the PyTorch package places its states this way). On AMD Zen, two
-// buffers also fight over L1 where their distance hashes to zero under its "µtag" (address bits
-// 12-27 folded: 12^27, 13^26, 14^25, 15^20, 16^21, 17^22, 18^23, 19^24): 128 MiB + 4 KiB
-// apart, as two 128 MiB buffers allocated one after another lie, is one such distance. halfstep
-// orders its accesses so that this costs little (BENCHMARKS.md, "AMD's µtag"), but a step over
-// buffers placed at other distances runs faster still.
+// Placement (speed only, never the bits): start each state buffer (and the trails) at its own
+// multiple of 768 bytes past its weights' offset within a 4 KiB page; the PyTorch package puts
+// the k-th at k * 768 (k = 1..4). Buffers up to a few cache lines apart modulo 1 MiB, which
+// consecutive allocations from a heap often are, made steps 2-3x slower on Sapphire Rapids, for
+// PyTorch's kernels as for halfstep's (BENCHMARKS.md, "Buffers 64 bytes past a multiple of
+// 1 MiB"); 768 bytes or more apart modulo 4 KiB they ran as fast as whole pages apart. On AMD
+// Zen, two buffers at the same offset in a page also fight over L1 where their distance hashes
+// to zero under its "µtag" (address bits 12-27 folded: 12^27, 13^26, 14^25, 15^20, 16^21,
+// 17^22, 18^23, 19^24), as buffers allocated one after another often do (128 MiB + 4 KiB apart,
+// say); in different L1 sets they cannot. halfstep orders its accesses so that this costs little
+// (BENCHMARKS.md, "AMD's µtag"), but Adam's two moments at 16M elements still took 17% longer
+// at the same offset than 768 bytes apart.
 typedef struct {
   // Elements in every buffer.
   size_t len;

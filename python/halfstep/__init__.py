@@ -153,23 +153,34 @@ def round_to_bf16(x, seed, step, stream=0, replica=None, stochastic=True):
 
 _PAGE = 4096
 
+# Where in a page each state starts: `_SLOTS[name] * _SLOT_BYTES` past its parameter's offset there.
+_SLOT_BYTES = 768
+_SLOTS = {"momentum_buffer": 1, "sum": 1, "exp_avg": 1, "exp_avg_sq": 2, "max_exp_avg_sq": 3, "trail": 4}
 
-def _state_like(p, fill, dtype):
+
+def _state_like(p, fill, dtype, name):
     """A new tensor of `p`'s shape and `dtype`, filled with `fill` (a number, or a tensor to copy),
-    whose data starts at the same byte offset within a 4 KiB page as `p`'s (a view into a slightly
-    larger allocation).
+    whose data starts `_SLOTS[name] * _SLOT_BYTES` bytes past `p`'s offset within a 4 KiB page
+    (a view into an allocation one page longer).
 
-    Why: tensors allocated one after another from glibc's heap (every one under 32 MiB, once the
-    process has freed a large one) lie their size plus 64 bytes apart. Where that size is a multiple
-    of 1 MiB, a step's load from one buffer comes a chunk or a few after a store to another at the
-    same address modulo 1 MiB, and on Intel's Sapphire Rapids both halfstep's step and PyTorch's own
-    ran 2-3x slower (BENCHMARKS.md, "Buffers 64 bytes past a multiple of 1 MiB"; the library's
-    AVX-512 kernels now overlap chunks, which mends one chunk of distance, not more). States at the
-    weight's offset in a page are a whole number of pages from it, where no slowdown was seen."""
+    Why a chosen offset: tensors allocated one after another from glibc's heap (every one under
+    32 MiB, once the process has freed a large one) lie their size plus 64 bytes apart. Where that
+    size is a multiple of 1 MiB, a step's load from one buffer comes a chunk or a few after a store to
+    another at the same address modulo 1 MiB, and on Intel's Sapphire Rapids both halfstep's step
+    and PyTorch's own ran 2-3x slower (BENCHMARKS.md, "Buffers 64 bytes past a multiple of 1 MiB").
+    Why a different offset per state: AMD Zen's L1 holds one line per set and "µtag" (a hash of
+    address bits 12-27), and buffers allocated one after another (mmap's, above 32 MiB) often lie at
+    distances that hash to zero, so a state and its weight (or two states) at the same offset in a
+    page evicted each other along much of a step (BENCHMARKS.md, "AMD's µtag" and "The PyTorch
+    package's states in L1 sets of their own": Adam's two moments at 16M elements, 9-17% of the step).
+    768 bytes apart, the buffers of one element size that a parameter's step walks side by side sit
+    in different L1 sets, 12 cache lines or more apart modulo 4 KiB (on Sapphire Rapids as fast as
+    whole pages apart)."""
     n = p.numel()
     pad = _PAGE // torch.empty((), dtype=dtype).element_size()
     buf = torch.empty(n + pad, dtype=dtype)
-    start = (p.data_ptr() - buf.data_ptr()) % _PAGE // buf.element_size()
+    want = p.data_ptr() + _SLOTS[name] * _SLOT_BYTES
+    start = (want - buf.data_ptr()) % _PAGE // buf.element_size()
     t = buf[start:start + n].view(p.shape)
     if isinstance(fill, torch.Tensor):
         t.copy_(fill.reshape(p.shape))
@@ -229,7 +240,7 @@ class _Halfstep(torch.optim.Optimizer):
         params = [p for g in self.param_groups for p in g["params"]]
         for index, st in saved.items():
             p = params[index]
-            self.state[p] = {k: _state_like(p, v, v.dtype) for k, v in st.items()}
+            self.state[p] = {k: _state_like(p, v, v.dtype, k) for k, v in st.items()}
         self.seed, self.steps_taken = hs["seed"], hs["steps_taken"]
 
     def _buffers(self, p):
@@ -237,9 +248,9 @@ class _Halfstep(torch.optim.Optimizer):
         st = self.state[p]
         if not st:
             for name, init in self._state_names:
-                st[name] = _state_like(p, init(self), _STATES[self.states_kind])
+                st[name] = _state_like(p, init(self), _STATES[self.states_kind], name)
             if self.weights == "split":
-                st["trail"] = _state_like(p, 0, torch.int16)
+                st["trail"] = _state_like(p, 0, torch.int16, "trail")
         return st
 
     def _words(self, group, p, g, stream):
@@ -256,7 +267,7 @@ class _Halfstep(torch.optim.Optimizer):
         d[_G] = (HS_F32 if g.dtype == torch.float32 else HS_BF16) | HS_STOCHASTIC << 32
         d[_G + 1] = g.data_ptr()
         k = _S
-        for t in [st[name] for name, _ in self._state_names] + self._extra_states(group, st):
+        for t in [st[name] for name, _ in self._state_names] + self._extra_states(group, p, st):
             d[k] = (HS_F32 if t.dtype == torch.float32 else HS_BF16) | HS_STOCHASTIC << 32
             d[k + 1] = t.data_ptr()
             k += 3
@@ -291,7 +302,7 @@ class _Halfstep(torch.optim.Optimizer):
                 self._call(group, ctypes.byref(ctx), descs, n)
         return loss
 
-    def _extra_states(self, group, st):
+    def _extra_states(self, group, p, st):
         """State tensors after `_state_names` that `group`'s options add (AMSGrad's maximum)."""
         return []
 
@@ -364,11 +375,11 @@ class AdamW(_Halfstep):
                                       amsgrad=amsgrad, maximize=maximize),
                          weights, states, rounding, seed, replica, threads)
 
-    def _extra_states(self, group, st):
+    def _extra_states(self, group, p, st):
         if not group["amsgrad"]:
             return []
         if "max_exp_avg_sq" not in st:
-            st["max_exp_avg_sq"] = _state_like(st["exp_avg_sq"], 0, st["exp_avg_sq"].dtype)
+            st["max_exp_avg_sq"] = _state_like(p, 0, st["exp_avg_sq"].dtype, "max_exp_avg_sq")
         return [st["max_exp_avg_sq"]]
 
     def _call(self, g, ctx, arr, n):
