@@ -8,10 +8,12 @@
 //!
 //! Where the buffers start: 64-byte aligned, as PyTorch's tensors; `STEP_TIMER_OFFSET=B` starts
 //! every buffer B bytes past a 64-byte boundary (split cache lines), and
-//! `STEP_TIMER_PAGE_OFFSETS=W,G,S0,S1` starts the weights, grads and the two states at those byte
-//! offsets within a 4 KiB page (where a load may falsely wait on an earlier store to another
-//! buffer whose address has the same low 12 bits: "4K aliasing"). `STEP_TIMER_ADDRESSES=1` prints
-//! where each buffer starts and exits (to check which buffers collide in AMD's L1 µtags).
+//! `STEP_TIMER_PAGE_OFFSETS=W,G,S0,S1[,T]` starts the weights, grads, the two states and the
+//! trails (T, default W) at those byte offsets within a 4 KiB page (where a load may falsely wait
+//! on an earlier store to another buffer whose address has the same low 12 bits: "4K aliasing";
+//! and on AMD, where buffers at one offset share L1 sets: the PyTorch package's slots are
+//! `64,64,832,1600,3136`). `STEP_TIMER_ADDRESSES=1` prints where each buffer starts and exits (to
+//! check which buffers collide in AMD's L1 µtags).
 
 use halfstep::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Engine, Grads, LambConfig, LambTensor,
@@ -52,16 +54,15 @@ fn main() {
     let offset: usize = std::env::var("STEP_TIMER_OFFSET").map_or(0, |s| s.parse().expect(usage));
     let page: Option<Vec<usize>> = std::env::var("STEP_TIMER_PAGE_OFFSETS").ok().map(|s| {
         let v: Vec<usize> = s.split(',').map(|x| x.parse().expect(usage)).collect();
-        assert_eq!(
-            v.len(),
-            4,
-            "STEP_TIMER_PAGE_OFFSETS=W,G,S0,S1 (bytes within a page)"
+        assert!(
+            v.len() == 4 || v.len() == 5,
+            "STEP_TIMER_PAGE_OFFSETS=W,G,S0,S1[,T] (bytes within a page)"
         );
         v
     });
-    // Where buffer `k` (0 weights, 1 grads, 2 and 3 the states) starts.
+    // Where buffer `k` (0 weights, 1 grads, 2 and 3 the states, 4 the trails) starts.
     let at = |k: usize| match &page {
-        Some(v) => Place::InPage(v[k]),
+        Some(v) => Place::InPage(*v.get(k).unwrap_or(&v[0])),
         None => Place::PastLine(offset),
     };
     let w: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.618).sin() * 0.02).collect();
@@ -69,7 +70,7 @@ fn main() {
     let g16v: Vec<bf16> = g32v.iter().map(|&x| bf16::from_f32(x)).collect();
     let (mut top, mut trail) = (
         Placed::new(bf16::ZERO, n, at(0)),
-        Placed::new(0u16, n, at(0)),
+        Placed::new(0u16, n, at(4)),
     );
     halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
     let (mut g32, mut g16) = (
