@@ -114,8 +114,8 @@ typedef struct {
 // to zero under its "µtag" (address bits 12-27 folded: 12^27, 13^26, 14^25, 15^20, 16^21,
 // 17^22, 18^23, 19^24), as buffers allocated one after another often do (128 MiB + 4 KiB apart,
 // say); in different L1 sets they cannot. halfstep orders its accesses so that this costs little
-// (BENCHMARKS.md, "AMD's µtag"), but Adam's two moments at 16M elements still took 17% longer
-// at the same offset than 768 bytes apart.
+// (BENCHMARKS.md, "AMD's µtag"), but an all-f32 Adam step of 16M elements still took 20% longer
+// with its two moments at the same offset than 768 bytes apart.
 typedef struct {
   // Elements in every buffer.
   size_t len;

@@ -172,7 +172,7 @@ def _state_like(p, fill, dtype, name):
     address bits 12-27), and buffers allocated one after another (mmap's, above 32 MiB) often lie at
     distances that hash to zero, so a state and its weight (or two states) at the same offset in a
     page evicted each other along much of a step (BENCHMARKS.md, "AMD's µtag" and "The PyTorch
-    package's states in L1 sets of their own": Adam's two moments at 16M elements, 9-17% of the step).
+    package's states in L1 sets of their own": Adam's two moments at 16M elements, 7-17% of the step).
     768 bytes apart, the buffers of one element size that a parameter's step walks side by side sit
     in different L1 sets, 12 cache lines or more apart modulo 4 KiB (on Sapphire Rapids as fast as
     whole pages apart)."""
