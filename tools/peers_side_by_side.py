@@ -10,6 +10,9 @@ Needs torch; the IPEX rows also need IPEX (`bash ../shared/bench/setup-peers.sh`
   ~/.cache/halfstep-peers/bin/python tools/peers_side_by_side.py --threads 1 2 --sizes 65536 1048576 67108864 --runs 3
 With `--json FILE` the rows are also written to FILE for tools/bench_report.py (peer columns and plot marks).
 `--timer PATH` runs another step_timer binary (one built here and carried to another machine).
+step_timer inherits the environment: with `STEP_TIMER_PAGE_OFFSETS=64,64,832,1600,3136` halfstep's buffers
+lie where its PyTorch package puts them (each state at its own slot in the weight's page; BENCHMARKS.md,
+"Peers at 64M with halfstep's buffers where its package puts them"); by default one after another.
 """
 import argparse
 import json
