@@ -424,8 +424,8 @@ pub struct TensorData {
 /// Elements after each slice that no kernel may touch.
 pub const GUARD: usize = 8;
 
-/// The shortest tensor (or piece of one) whose optimizer step prefetches ahead; tests step longer
-/// tensors to cover that path too.
+/// The shortest tensor (or piece of one) whose optimizer step, conversion or quantization
+/// prefetches ahead; tests run longer tensors to cover that path too.
 pub const PREFETCH_MIN: usize = crate::kernels::optim::PREFETCH_MIN;
 
 /// The storage kinds of one step: weights 0 = f32, 1 = split, 2/3/4 = bf16 nearest/stochastic/

@@ -160,7 +160,7 @@ unsafe fn narrow_run<V: Simd>(
             src: src.as_ptr(),
             dst,
         };
-        run_conversion::<V, _, _>(base, src, dst, rounding, &mut k);
+        run_conversion::<V, _, _>(base, src, dst, &mut k);
     }
 }
 

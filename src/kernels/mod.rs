@@ -445,22 +445,20 @@ unsafe fn mul_even_or_all<V: Simd, const EVEN: bool>(a: V::U, b: V::U) -> (V::U,
     }
 }
 
-/// How far ahead of a full chunk the stochastic conversions prefetch, in elements: 4 KiB of f32
-/// input (and 2 KiB of bf16 output, 1 KiB of fp8).
+/// How far ahead of a full chunk the conversions prefetch, in elements: 4 KiB of f32 input (and
+/// 2 KiB of bf16 output, 1 KiB of fp8).
 const CONVERT_PREFETCH_AHEAD: isize = 1024;
 
-/// Whether a conversion of `n` elements with `rounding` prefetches ahead of each full chunk:
-/// stochastic ones only, from [`optim::PREFETCH_MIN`] elements. Their Philox fills are bursts of
-/// arithmetic with no loads, through which the hardware prefetchers' streams fell behind: at 64M
-/// elements on the `device` host (Sapphire Rapids), bf16 SR ran 0.866 → 0.603 ns per element with
-/// it. Nearest-even gained there too (0.659 → 0.535) but lost 12–16% on the Zen 4 VM, where SR
-/// moved by 2% (BENCHMARKS.md, "Prefetching the stochastic conversions").
+/// Whether a conversion of `n` elements prefetches ahead of each full chunk: from
+/// [`optim::PREFETCH_MIN`] elements, where software prefetching is on (Intel CPUs by default). The
+/// stochastic ones gained most: their Philox fills are bursts of arithmetic with no loads, through
+/// which the hardware prefetchers' streams fell behind (bf16 SR at 64M on the `device` host, Sapphire
+/// Rapids: 0.866 → 0.603 ns per element). Nearest-even gained there too: bf16 and e4m3 at 16M–64M
+/// took 0.55–0.80× the time, f16 (one `vcvtps2ph`) 0.84–1.06×, 1M–4M 0.80–1.03× (BENCHMARKS.md,
+/// "Prefetching the stochastic conversions" and "Nearest-even conversions and fp4 quantizers").
 #[inline(always)]
-fn convert_prefetches<V: Simd>(rounding: Rounding, n: usize) -> bool {
-    V::HAS_PREFETCH
-        && rounding == Rounding::Stochastic
-        && n >= optim::PREFETCH_MIN
-        && crate::dispatch::software_prefetch()
+fn convert_prefetches<V: Simd>(n: usize) -> bool {
+    V::HAS_PREFETCH && n >= optim::PREFETCH_MIN && crate::dispatch::software_prefetch()
 }
 
 /// A conversion's chunk body with prefetching added: [`CONVERT_PREFETCH_AHEAD`] elements past each
@@ -508,11 +506,10 @@ pub(crate) unsafe fn run_conversion<V: Simd, B: ChunkBody<V>, T>(
     base: u64,
     src: &[f32],
     dst: *mut T,
-    rounding: Rounding,
     body: &mut B,
 ) {
     unsafe {
-        if convert_prefetches::<V>(rounding, src.len()) {
+        if convert_prefetches::<V>(src.len()) {
             let mut p = Prefetched {
                 body,
                 src: src.as_ptr(),
