@@ -96,6 +96,13 @@ pub(crate) trait Simd: Copy + 'static + crate::kernels::PhiloxFill {
     /// file bounds the count. Measured: AVX-512 4, AVX2 2 (AVX-512 at 6 and AVX2 at 4 ran slower:
     /// their state then fills the register file).
     const PHILOX_CHAINS: usize = 1;
+    /// Whether the first group of a Philox fill passes through `core::hint::black_box`, so that
+    /// LLVM cannot move the fill's first rounds (which depend only on that group) out of the
+    /// fill, which runs once per span, into every chunk ahead of the test for it. It did so on
+    /// AVX2: about 60 instructions per 32 elements of `philox_bits`, 18% of its instructions
+    /// (callgrind). AVX-512 cannot be counted under valgrind and its timings with the barrier
+    /// could not be told from code-layout noise, so it stays off there (docs/DESIGN.md).
+    const PHILOX_FILL_OPAQUE: bool = false;
     /// In each even lane `2j`: the (high, low) 32 bits of `a[2j] * b[2j]`. Odd lanes: anything.
     #[inline(always)]
     unsafe fn mul_hi_lo_even(a: Self::U, b: Self::U) -> (Self::U, Self::U) {

@@ -382,7 +382,12 @@ impl<V: Simd> GroupBits<V> {
             let mut d = group.wrapping_sub(self.group);
             if d >= Self::SPAN {
                 d = group % Self::SPAN;
-                V::fill_span(self, group - d);
+                let first = group - d;
+                if V::PHILOX_FILL_OPAQUE {
+                    V::fill_span(self, core::hint::black_box(first));
+                } else {
+                    V::fill_span(self, first);
+                }
             }
             d as usize
         }

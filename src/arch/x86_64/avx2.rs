@@ -172,6 +172,7 @@ impl Simd for Avx2 {
     }
     const PHILOX_EVEN_LANES: bool = true;
     const PHILOX_CHAINS: usize = 2;
+    const PHILOX_FILL_OPAQUE: bool = true;
     #[inline(always)]
     unsafe fn mul_hi_lo_even(a: __m256i, b: __m256i) -> (__m256i, __m256i) {
         unsafe {
