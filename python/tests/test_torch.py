@@ -287,7 +287,7 @@ def _ddp_worker(rank, port, out):
     dist.destroy_process_group()
     # Leave without the interpreter's teardown, once the result is flushed: there gloo sometimes
     # aborts the process ("terminate called without an active exception", SIGABRT; 2 of 102 runs
-    # of this worker with torch.optim.AdamW and no halfstep at all). An exception above still
+    # of a copy of this worker with torch's AdamW and no halfstep loaded). An exception above still
     # exits non-zero, and a crash in a step still kills the worker before it gets here.
     out.close()
     out.join_thread()

@@ -252,7 +252,7 @@ struct Fp4Codes<V: Simd> {
     src: *const f32,
     codes: *mut u8,
     divisors: *const f32,
-    /// Whether each full chunk prefetches the same offset of the next tile.
+    /// Whether full chunks prefetch the next tile ([`ChunkBody::prefetch`]).
     prefetch: bool,
 }
 
