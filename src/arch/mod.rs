@@ -100,8 +100,8 @@ pub(crate) trait Simd: Copy + 'static + crate::kernels::PhiloxFill {
     /// LLVM cannot move the fill's first rounds (which depend only on that group) out of the
     /// fill, which runs once per span, into every chunk ahead of the test for it. It did so on
     /// AVX2: about 60 instructions per 32 elements of `philox_bits`, 18% of its instructions
-    /// (callgrind). AVX-512 cannot be counted under valgrind and its timings with the barrier
-    /// could not be told from code-layout noise, so it stays off there (docs/DESIGN.md).
+    /// (callgrind). The AVX-512 build's loop tests the span first and fills only in the branch
+    /// (disassembly), so it has nothing to undo and the barrier stays off there (docs/DESIGN.md).
     const PHILOX_FILL_OPAQUE: bool = false;
     /// In each even lane `2j`: the (high, low) 32 bits of `a[2j] * b[2j]`. Odd lanes: anything.
     #[inline(always)]
