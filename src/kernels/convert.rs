@@ -124,19 +124,8 @@ pub(crate) unsafe fn narrow<V: Simd>(
     base: u64,
 ) {
     unsafe {
-        // One loop per rounding (the entry points pass `fmt` as a constant): with the rounding
-        // constant in the loop, its per-chunk `match`es fold away.
-        match rounding {
-            Rounding::NearestEven => {
-                narrow_run::<V>(fmt, Rounding::NearestEven, src, dst, coord, base)
-            }
-            Rounding::Stochastic => {
-                narrow_run::<V>(fmt, Rounding::Stochastic, src, dst, coord, base)
-            }
-            Rounding::TowardZero => {
-                narrow_run::<V>(fmt, Rounding::TowardZero, src, dst, coord, base)
-            }
-        }
+        // One loop per rounding (the entry points pass `fmt` as a constant).
+        per_rounding!(rounding, r => narrow_run::<V>(fmt, r, src, dst, coord, base))
     }
 }
 

@@ -12,6 +12,29 @@
 // `match` instead of `Option::map`: closures here would lose the target features (see `ChunkBody`).
 #![allow(clippy::manual_map)]
 
+/// `$body` with `$r` bound to the value of `$rounding`, as a constant: one copy of `$body` per
+/// rounding, so that the loops in it test the rounding once per call instead of once per chunk
+/// (with it a runtime value, each chunk of an fp8 stochastic conversion ran two more branches and
+/// reloaded its vector constants from memory: 18% more instructions on AVX2, callgrind).
+macro_rules! per_rounding {
+    ($rounding:expr, $r:ident => $body:expr) => {
+        match $rounding {
+            Rounding::NearestEven => {
+                let $r = Rounding::NearestEven;
+                $body
+            }
+            Rounding::Stochastic => {
+                let $r = Rounding::Stochastic;
+                $body
+            }
+            Rounding::TowardZero => {
+                let $r = Rounding::TowardZero;
+                $body
+            }
+        }
+    };
+}
+
 pub(crate) mod convert;
 pub(crate) mod optim;
 pub(crate) mod quant;

@@ -142,6 +142,29 @@ pub(crate) unsafe fn f32_to_fp8<V: Simd>(
     base: u64,
 ) {
     unsafe {
+        // One loop per format and rounding: with both constant in the loop, its per-chunk
+        // `match`es fold away.
+        match fmt {
+            Fp8::E4M3 => {
+                per_rounding!(rounding, r => fp8_run::<V>(Fp8::E4M3, r, src, dst, coord, base))
+            }
+            Fp8::E5M2 => {
+                per_rounding!(rounding, r => fp8_run::<V>(Fp8::E5M2, r, src, dst, coord, base))
+            }
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn fp8_run<V: Simd>(
+    fmt: Fp8,
+    rounding: Rounding,
+    src: &[f32],
+    dst: &mut [u8],
+    coord: &BitsCoord,
+    base: u64,
+) {
+    unsafe {
         // One pointer for the body and the prefetching: a second `as_mut_ptr` would retag the
         // slice and invalidate the first (Miri, Stacked Borrows).
         let dst = dst.as_mut_ptr();
@@ -355,6 +378,30 @@ unsafe fn pack<V: Simd>(codes: *const u8, n: usize, dst: *mut u8) {
 /// the E2M1 codes two per byte; element `i` rounds with the bits of global index `base + i`.
 #[inline(always)]
 pub(crate) unsafe fn quantize_fp4<V: Simd>(
+    scaling: Fp4Scaling,
+    src: &[f32],
+    packed: &mut [u8],
+    scales: &mut [u8],
+    rounding: Rounding,
+    coord: &BitsCoord,
+    base: u64,
+) {
+    unsafe {
+        // One loop per scaling and rounding, as `f32_to_fp8`: the codes pass then neither tests
+        // the rounding nor chooses between dividing and multiplying per chunk.
+        match scaling {
+            Fp4Scaling::Nv { tensor_scale } => per_rounding!(rounding, r => fp4_run::<V>(
+                Fp4Scaling::Nv { tensor_scale }, src, packed, scales, r, coord, base
+            )),
+            Fp4Scaling::Mx => per_rounding!(rounding, r => fp4_run::<V>(
+                Fp4Scaling::Mx, src, packed, scales, r, coord, base
+            )),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn fp4_run<V: Simd>(
     scaling: Fp4Scaling,
     src: &[f32],
     packed: &mut [u8],
