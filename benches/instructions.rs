@@ -142,6 +142,8 @@ fn adam(b: Backend) -> Kernel {
     })
 }
 
+/// bf16 weights and moments with stochastic rounding, f32 gradients: a storage combination with
+/// no compiled layout (each buffer's kind matched per chunk).
 fn adamw_bf16_sr(b: Backend) -> Kernel {
     let e = engine(b);
     let mut w: Vec<bf16> = values(0.5).iter().map(|&x| bf16::from_f32(x)).collect();
@@ -152,6 +154,27 @@ fn adamw_bf16_sr(b: Backend) -> Kernel {
         let mut t = AdamTensor {
             weights: Weights::Bf16(&mut w, Rounding::Stochastic),
             grads: Grads::F32(&g),
+            exp_avg: State::Bf16(&mut m, Rounding::Stochastic),
+            exp_avg_sq: State::Bf16(&mut v, Rounding::Stochastic),
+            max_exp_avg_sq: None,
+            stream: TensorStream::new(1),
+        };
+        e.adam_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
+/// Everything bf16, every store stochastic: the compiled layout of the criterion bench's
+/// `adamw_bf16_sr_everywhere`.
+fn adamw_all_bf16_sr(b: Backend) -> Kernel {
+    let e = engine(b);
+    let mut w: Vec<bf16> = values(0.5).iter().map(|&x| bf16::from_f32(x)).collect();
+    let g: Vec<bf16> = values(0.01).iter().map(|&x| bf16::from_f32(x)).collect();
+    let (mut m, mut v) = (vec![bf16::ZERO; N], vec![bf16::ZERO; N]);
+    let cfg = AdamConfig::adamw(1e-3);
+    Box::new(move || {
+        let mut t = AdamTensor {
+            weights: Weights::Bf16(&mut w, Rounding::Stochastic),
+            grads: Grads::Bf16(&g),
             exp_avg: State::Bf16(&mut m, Rounding::Stochastic),
             exp_avg_sq: State::Bf16(&mut v, Rounding::Stochastic),
             max_exp_avg_sq: None,
@@ -290,6 +313,8 @@ fn conversions(mut kernel: Kernel) {
 #[bench::adamw_bf16_sr_reference(args = (Backend::Reference), setup = adamw_bf16_sr)]
 #[bench::adamw_bf16_sr_portable(args = (Backend::Portable), setup = adamw_bf16_sr)]
 #[bench::adamw_bf16_sr_avx2(args = (Backend::Avx2), setup = adamw_bf16_sr)]
+#[bench::adamw_all_bf16_sr_portable(args = (Backend::Portable), setup = adamw_all_bf16_sr)]
+#[bench::adamw_all_bf16_sr_avx2(args = (Backend::Avx2), setup = adamw_all_bf16_sr)]
 #[bench::lamb_reference(args = (Backend::Reference), setup = lamb)]
 #[bench::lamb_portable(args = (Backend::Portable), setup = lamb)]
 #[bench::lamb_avx2(args = (Backend::Avx2), setup = lamb)]

@@ -172,9 +172,26 @@ struct F32Buf<const CANONICAL: bool = true>(*mut f32);
 #[derive(Clone, Copy)]
 struct SplitBuf(*mut u16, *mut u16);
 
-/// A bf16 buffer and the rounding its stores use.
+/// A bf16 buffer and the rounding its stores use: the caller's (the second field, read at run
+/// time) where `R` is [`ANY_ROUNDING`], else the one `R` names, fixed by the layout so that the
+/// per-chunk tests on it fold away (`drive_layouts!`).
 #[derive(Clone, Copy)]
-struct Bf16Buf(*mut u16, Rounding);
+struct Bf16Buf<const R: u8 = ANY_ROUNDING>(*mut u16, Rounding);
+
+/// [`Bf16Buf`]'s parameter: the rounding is read at run time.
+const ANY_ROUNDING: u8 = 0;
+/// [`Bf16Buf`]'s parameter: every store rounds stochastically.
+const STOCHASTIC: u8 = 1;
+
+impl<const R: u8> Bf16Buf<R> {
+    #[inline(always)]
+    fn rounding(&self) -> Rounding {
+        match R {
+            STOCHASTIC => Rounding::Stochastic,
+            _ => self.1,
+        }
+    }
+}
 
 /// A buffer the call does not have: reads as zeros, stores nothing.
 #[derive(Clone, Copy)]
@@ -312,10 +329,10 @@ impl<V: Simd> Access<V> for SplitBuf {
     }
 }
 
-impl<V: Simd> Access<V> for Bf16Buf {
+impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     fn from_buf(b: Option<Buf>) -> Option<Self> {
         match b {
-            Some(Buf::Bf16(p, r)) => Some(Bf16Buf(p, r)),
+            Some(Buf::Bf16(p, r)) if Bf16Buf::<R>(p, r).rounding() == r => Some(Bf16Buf(p, r)),
             _ => None,
         }
     }
@@ -328,8 +345,8 @@ impl<V: Simd> Access<V> for Bf16Buf {
     #[inline(always)]
     unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
         unsafe {
-            let r = rng.for_rounding(self.1, e);
-            to_bf16::<V>(V::to_bits(v), self.1, r)
+            let r = rng.for_rounding(self.rounding(), e);
+            to_bf16::<V>(V::to_bits(v), self.rounding(), r)
         }
     }
 
@@ -355,7 +372,7 @@ impl<V: Simd> Access<V> for Bf16Buf {
     unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
         unsafe {
             stage_in(self.0, st.h.as_mut_ptr(), c);
-            Bf16Buf(st.h.as_mut_ptr(), self.1)
+            Bf16Buf::<R>(st.h.as_mut_ptr(), self.1)
         }
     }
 
@@ -406,7 +423,7 @@ impl<V: Simd> Access<V> for Buf {
             match *self {
                 Buf::F32(p) => Access::<V>::load(&F32Buf::<true>(p), off),
                 Buf::Split(t, l) => Access::<V>::load(&SplitBuf(t, l), off),
-                Buf::Bf16(p, r) => Access::<V>::load(&Bf16Buf(p, r), off),
+                Buf::Bf16(p, r) => Access::<V>::load(&Bf16Buf::<ANY_ROUNDING>(p, r), off),
             }
         }
     }
@@ -417,7 +434,7 @@ impl<V: Simd> Access<V> for Buf {
             match *self {
                 Buf::F32(p) => F32Buf::<true>(p).encode(v, rng, e),
                 Buf::Split(t, l) => SplitBuf(t, l).encode(v, rng, e),
-                Buf::Bf16(p, r) => Bf16Buf(p, r).encode(v, rng, e),
+                Buf::Bf16(p, r) => Bf16Buf::<ANY_ROUNDING>(p, r).encode(v, rng, e),
             }
         }
     }
@@ -428,7 +445,7 @@ impl<V: Simd> Access<V> for Buf {
             match *self {
                 Buf::F32(p) => F32Buf::<true>(p).as_stored(v, rng, e),
                 Buf::Split(t, l) => SplitBuf(t, l).as_stored(v, rng, e),
-                Buf::Bf16(p, r) => Bf16Buf(p, r).as_stored(v, rng, e),
+                Buf::Bf16(p, r) => Bf16Buf::<ANY_ROUNDING>(p, r).as_stored(v, rng, e),
             }
         }
     }
@@ -439,7 +456,7 @@ impl<V: Simd> Access<V> for Buf {
             match *self {
                 Buf::F32(p) => F32Buf::<true>(p).store(off, v, rng, e),
                 Buf::Split(t, l) => SplitBuf(t, l).store(off, v, rng, e),
-                Buf::Bf16(p, r) => Bf16Buf(p, r).store(off, v, rng, e),
+                Buf::Bf16(p, r) => Bf16Buf::<ANY_ROUNDING>(p, r).store(off, v, rng, e),
             }
         }
     }
@@ -450,7 +467,9 @@ impl<V: Simd> Access<V> for Buf {
             match *self {
                 Buf::F32(p) => Access::<V>::prefetch(&F32Buf::<true>(p), off, ahead),
                 Buf::Split(t, l) => Access::<V>::prefetch(&SplitBuf(t, l), off, ahead),
-                Buf::Bf16(p, r) => Access::<V>::prefetch(&Bf16Buf(p, r), off, ahead),
+                Buf::Bf16(p, r) => {
+                    Access::<V>::prefetch(&Bf16Buf::<ANY_ROUNDING>(p, r), off, ahead)
+                }
             }
         }
     }
@@ -468,7 +487,7 @@ impl<V: Simd> Access<V> for Buf {
                     Buf::Split(a, b)
                 }
                 Buf::Bf16(p, r) => {
-                    let Bf16Buf(q, r) = Access::<V>::stage(&Bf16Buf(p, r), st, c);
+                    let Bf16Buf(q, r) = Access::<V>::stage(&Bf16Buf::<ANY_ROUNDING>(p, r), st, c);
                     Buf::Bf16(q, r)
                 }
             }
@@ -481,7 +500,7 @@ impl<V: Simd> Access<V> for Buf {
             match *self {
                 Buf::F32(p) => Access::<V>::unstage(&F32Buf::<true>(p), st, c),
                 Buf::Split(t, l) => Access::<V>::unstage(&SplitBuf(t, l), st, c),
-                Buf::Bf16(p, r) => Access::<V>::unstage(&Bf16Buf(p, r), st, c),
+                Buf::Bf16(p, r) => Access::<V>::unstage(&Bf16Buf::<ANY_ROUNDING>(p, r), st, c),
             }
         }
     }
@@ -579,7 +598,8 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
 
 /// Runs `$op` over the tensor with the buffers `$d` ([`DynBufs`]) through [`drive`], with
 /// compile-time access for the hot storage layouts — IPEX's (split weights, bf16 gradients, f32
-/// states), all f32 (PyTorch's fused AdamW), all bf16 — and run-time access otherwise. `$G`,
+/// states), all f32 (PyTorch's fused AdamW), all bf16 with every store stochastic, all bf16 with
+/// the roundings read at run time — and run-time access otherwise. `$G`,
 /// `$S0`, `$S1`, `$S2` are [`Has`] or [`Lacks`]: which buffers this call has. Same arithmetic in
 /// every case, so the same bits; only the `match` per chunk is gone.
 macro_rules! drive_layouts {
@@ -589,11 +609,15 @@ macro_rules! drive_layouts {
         type Ipex = Lay<SplitBuf, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
         type AllF32 = Lay<F32Buf, $G<F32Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
         type AllBf16 = Lay<Bf16Buf, $G<Bf16Buf>, $S0<Bf16Buf>, $S1<Bf16Buf>, $S2<Bf16Buf>>;
+        type Sr = Bf16Buf<STOCHASTIC>;
+        type AllBf16Sr = Lay<Sr, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>;
         type Any = Lay<Buf, $G<Buf>, $S0<Buf>, $S1<Buf>, $S2<Buf>>;
         if let Some(mut b) = Bufs::<$V, Ipex>::of(ctx, stream, d) {
             drive::<$V, Ipex, _>(n, base, &mut b, op)
         } else if let Some(mut b) = Bufs::<$V, AllF32>::of(ctx, stream, d) {
             drive::<$V, AllF32, _>(n, base, &mut b, op)
+        } else if let Some(mut b) = Bufs::<$V, AllBf16Sr>::of(ctx, stream, d) {
+            drive::<$V, AllBf16Sr, _>(n, base, &mut b, op)
         } else if let Some(mut b) = Bufs::<$V, AllBf16>::of(ctx, stream, d) {
             drive::<$V, AllBf16, _>(n, base, &mut b, op)
         } else if let Some(mut b) = Bufs::<$V, Any>::of(ctx, stream, d) {
