@@ -142,18 +142,22 @@ fn adam(b: Backend) -> Kernel {
     })
 }
 
-/// bf16 weights and moments with stochastic rounding, f32 gradients: a storage combination with
-/// no compiled layout (each buffer's kind matched per chunk).
-fn adamw_bf16_sr(b: Backend) -> Kernel {
+/// AdamW with bf16 weights and moments, every store stochastic, and f32 or bf16 gradients.
+fn adamw_sr(b: Backend, bf16_grads: bool) -> Kernel {
     let e = engine(b);
     let mut w: Vec<bf16> = values(0.5).iter().map(|&x| bf16::from_f32(x)).collect();
     let g = values(0.01);
+    let gb: Vec<bf16> = g.iter().map(|&x| bf16::from_f32(x)).collect();
     let (mut m, mut v) = (vec![bf16::ZERO; N], vec![bf16::ZERO; N]);
     let cfg = AdamConfig::adamw(1e-3);
     Box::new(move || {
         let mut t = AdamTensor {
             weights: Weights::Bf16(&mut w, Rounding::Stochastic),
-            grads: Grads::F32(&g),
+            grads: if bf16_grads {
+                Grads::Bf16(&gb)
+            } else {
+                Grads::F32(&g)
+            },
             exp_avg: State::Bf16(&mut m, Rounding::Stochastic),
             exp_avg_sq: State::Bf16(&mut v, Rounding::Stochastic),
             max_exp_avg_sq: None,
@@ -163,25 +167,15 @@ fn adamw_bf16_sr(b: Backend) -> Kernel {
     })
 }
 
-/// Everything bf16, every store stochastic: the compiled layout of the criterion bench's
-/// `adamw_bf16_sr_everywhere`.
+/// f32 gradients: a storage combination with no compiled layout (each buffer's kind matched per
+/// chunk).
+fn adamw_bf16_sr(b: Backend) -> Kernel {
+    adamw_sr(b, false)
+}
+
+/// Everything bf16: the compiled layout of the criterion bench's `adamw_bf16_sr_everywhere`.
 fn adamw_all_bf16_sr(b: Backend) -> Kernel {
-    let e = engine(b);
-    let mut w: Vec<bf16> = values(0.5).iter().map(|&x| bf16::from_f32(x)).collect();
-    let g: Vec<bf16> = values(0.01).iter().map(|&x| bf16::from_f32(x)).collect();
-    let (mut m, mut v) = (vec![bf16::ZERO; N], vec![bf16::ZERO; N]);
-    let cfg = AdamConfig::adamw(1e-3);
-    Box::new(move || {
-        let mut t = AdamTensor {
-            weights: Weights::Bf16(&mut w, Rounding::Stochastic),
-            grads: Grads::Bf16(&g),
-            exp_avg: State::Bf16(&mut m, Rounding::Stochastic),
-            exp_avg_sq: State::Bf16(&mut v, Rounding::Stochastic),
-            max_exp_avg_sq: None,
-            stream: TensorStream::new(1),
-        };
-        e.adam_step(&cfg, &ctx(), &mut t).unwrap();
-    })
+    adamw_sr(b, true)
 }
 
 /// The LAMB tensor both LAMB rows step: split weights, bf16 gradients, f32 moments.
