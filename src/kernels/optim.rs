@@ -599,9 +599,9 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
 /// Runs `$op` over the tensor with the buffers `$d` ([`DynBufs`]) through [`drive`], with
 /// compile-time access for the hot storage layouts — IPEX's (split weights, bf16 gradients, f32
 /// states), all f32 (PyTorch's fused AdamW), all bf16 with every store stochastic, all bf16 with
-/// the roundings read at run time — and run-time access otherwise. `$G`,
-/// `$S0`, `$S1`, `$S2` are [`Has`] or [`Lacks`]: which buffers this call has. Same arithmetic in
-/// every case, so the same bits; only the `match` per chunk is gone.
+/// the roundings read at run time — and run-time access otherwise. `$G`, `$S0`, `$S1`, `$S2` are
+/// [`Has`] or [`Lacks`]: which buffers this call has. Same arithmetic in every case, so the same
+/// bits; only the `match` per chunk is gone.
 macro_rules! drive_layouts {
     ($V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
      [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {{
