@@ -86,9 +86,7 @@ pub(crate) unsafe fn round_magnitude<V: Simd, const MAN: i32>(
                 } else {
                     shl_n::<V>(n, 16 - base)
                 };
-                let scale = crate::reference::quant::pow2(MAN + 16 - emin);
-                let sub = V::f32_to_u32_trunc(V::mul(v, V::splat(scale)));
-                let t = V::select_u(tiny, sub, normal);
+                let t = V::select_u(tiny, fixed16_below_emin::<V, MAN>(a, emin), normal);
                 if rounding == Rounding::Stochastic {
                     V::shr::<16>(V::add_u(t, r))
                 } else {
@@ -98,6 +96,20 @@ pub(crate) unsafe fn round_magnitude<V: Simd, const MAN: i32>(
         }
     }
 }
+
+/// `(q << 16) + frac16` of SPEC.md §4.3 for magnitudes `a < 2^emin` (the target's subnormal range,
+/// quantum `2^(emin - MAN)`): the value times `2^(MAN + 16 - emin)`, exact in f32 (the default
+/// environment keeps subnormal inputs, SPEC.md §1), truncated to an integer.
+#[inline(always)]
+unsafe fn fixed16_below_emin<V: Simd, const MAN: i32>(a: V::U, emin: i32) -> V::U {
+    unsafe {
+        let scale = crate::reference::quant::pow2(MAN + 16 - emin);
+        V::f32_to_u32_trunc(V::mul(V::from_bits(a), V::splat(scale)))
+    }
+}
+
+/// f16's minimum normal exponent (SPEC.md §4.3's `emin`; `man` is 10).
+const F16_EMIN: i32 = -14;
 
 /// `a >> count` with the count a constant after inlining (LLVM then emits an immediate shift).
 #[inline(always)]
@@ -115,18 +127,18 @@ unsafe fn shl_n<V: Simd>(a: V::U, count: u32) -> V::U {
 #[inline(always)]
 pub(crate) unsafe fn to_f16<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V::U {
     unsafe {
+        let s = V::splat_u;
+        let sign = V::and_u(V::shr::<16>(b), s(0x8000));
+        let a = V::and_u(b, s(0x7FFF_FFFF));
         let hw = match rounding {
-            Rounding::Stochastic => to_f16_stochastic_hw::<V>(b, r),
+            Rounding::Stochastic => to_f16_stochastic_hw::<V>(b, a, sign, r),
             _ => V::f32_to_f16_hw(V::from_bits(b), rounding == Rounding::TowardZero),
         };
         if let Some(h) = hw {
             return h;
         }
-        let s = V::splat_u;
-        let sign = V::and_u(V::shr::<16>(b), s(0x8000));
-        let a = V::and_u(b, s(0x7FFF_FFFF));
         // 2^16: code 0x7C00, above every finite f16.
-        let mag = round_magnitude::<V, 10>(a, -14, 0x4780_0000, rounding, r);
+        let mag = round_magnitude::<V, 10>(a, F16_EMIN, 0x4780_0000, rounding, r);
         let limit = if rounding == Rounding::TowardZero {
             0x7BFF
         } else {
@@ -152,20 +164,15 @@ pub(crate) unsafe fn to_f16<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V:
 /// rule's clamp does (±Inf itself: the addition stays under bit 13). NaN lanes go to the
 /// converter as they are (it quiets them as the rule does); lanes under 2^-14 take the integer
 /// rule of [`round_magnitude`]'s subnormal range. About half the vector instructions of the
-/// integer rule in all ranges (`to_f16`'s fallback).
+/// integer rule in all ranges (`to_f16`'s fallback). `a` is `b`'s magnitude, `sign` its f16 sign.
 #[inline(always)]
-unsafe fn to_f16_stochastic_hw<V: Simd>(b: V::U, r: V::U) -> Option<V::U> {
+unsafe fn to_f16_stochastic_hw<V: Simd>(b: V::U, a: V::U, sign: V::U, r: V::U) -> Option<V::U> {
     unsafe {
         let s = V::splat_u;
-        let a = V::and_u(b, s(0x7FFF_FFFF));
-        let nan = V::gt_i32(a, s(0x7F80_0000));
         let kept = V::and_u(V::add_u(b, V::shr::<3>(r)), s(0xFFFF_E000));
-        let normal = V::f32_to_f16_hw(V::from_bits(V::select_u(nan, b, kept)), false)?;
-        // Under 2^-14 the quantum is 2^-24: (q << 16) + frac16 is a * 2^40, truncated.
-        let tiny = V::gt_i32(s(0x3880_0000), a);
-        let scale = crate::reference::quant::pow2(40);
-        let fixed = V::f32_to_u32_trunc(V::mul(V::from_bits(a), V::splat(scale)));
-        let sign = V::and_u(V::shr::<16>(b), s(0x8000));
+        let normal = V::f32_to_f16_hw(V::from_bits(V::select_u(nan_bits::<V>(b), b, kept)), false)?;
+        let tiny = V::gt_i32(s(((F16_EMIN + 127) as u32) << 23), a);
+        let fixed = fixed16_below_emin::<V, 10>(a, F16_EMIN);
         let sub = V::or_u(sign, V::shr::<16>(V::add_u(fixed, r)));
         Some(V::select_u(tiny, sub, normal))
     }
