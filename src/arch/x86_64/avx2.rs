@@ -239,7 +239,9 @@ impl Simd for Avx2 {
     }
     #[inline(always)]
     unsafe fn load_u16_raw(p: *const u16) -> __m256i {
-        unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast())) }
+        // Opaque: seeing two broadcasts, LLVM turns `unpack_u16_halves`' three in-lane uops
+        // into two `vpermq` (the lane-crossing port, Intel's port 5) and a `vpunpcklwd`.
+        unsafe { opaque(_mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()))) }
     }
     #[inline(always)]
     unsafe fn unpack_u16_halves(h: __m256i, l: __m256i) -> __m256i {
@@ -257,7 +259,9 @@ impl Simd for Avx2 {
             // One shuffle puts both halves in place: quadwords [lo 0-3, hi 0-3, lo 4-7, hi 4-7]
             // become [lo 0-7 | hi 0-7].
             let halves = _mm256_shuffle_epi8(v, halves_shuffle());
-            _mm256_permute4x64_epi64::<0b11_01_10_00>(halves)
+            // Opaque: LLVM otherwise derives each stored half from `halves` with a `vpermq` of
+            // its own, two lane-crossing uops where one is needed.
+            opaque(_mm256_permute4x64_epi64::<0b11_01_10_00>(halves))
         }
     }
     #[inline(always)]
@@ -360,6 +364,18 @@ impl Simd for Avx2 {
             out
         }
     }
+}
+
+/// `x`, hidden from LLVM's shuffle combining (an empty `asm!`, no instruction): it cannot merge
+/// the shuffles before this point with those after it into lane-crossing ones of its own choice.
+#[inline]
+#[target_feature(enable = "avx")]
+fn opaque(mut x: __m256i) -> __m256i {
+    // SAFETY: the template is a comment; it reads and writes nothing but `x`'s register.
+    unsafe {
+        core::arch::asm!("/* {0} */", inout(ymm_reg) x, options(pure, nomem, nostack, preserves_flags));
+    }
+    x
 }
 
 /// `vpshufb` control: in each 128-bit lane, bytes 0-1, 4-5, 8-9, 12-13 (the dwords' low halves)
