@@ -3,32 +3,33 @@
 use crate::arch::Simd;
 use crate::reference::round::Rounding;
 
-/// Lanes holding an f32 NaN pattern.
-#[inline(always)]
-unsafe fn nan_bits<V: Simd>(b: V::U) -> V::M {
-    unsafe {
-        V::gt_i32(
-            V::and_u(b, V::splat_u(0x7FFF_FFFF)),
-            V::splat_u(0x7F80_0000),
-        )
-    }
-}
-
 /// f32 bits -> bf16 bits (in the low half of each lane) with `rounding`; `r` is used only when
-/// stochastic.
+/// stochastic. NaN lanes keep their top half with the quiet bit set.
+///
+/// Two forms of the same bits. With merge masking (AVX-512) the quieted top half is or-ed over
+/// NaN lanes under the mask, one `vpord`. Elsewhere NaN lanes take no increment and the quiet bit
+/// is or-ed in (`vpandn`, `vpand`, `vpor` on AVX2), which spares AVX2 a blend (`vpblendvb`, three
+/// uops on Intel) and the portable backend a select; on AVX-512 that form cost nearest-even one
+/// instruction more (+4% at 64K on Zen 4).
 #[inline(always)]
 pub(crate) unsafe fn to_bf16<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V::U {
     unsafe {
-        let hi = V::shr::<16>(b);
-        let rounded = match rounding {
+        let nan = V::is_nan_bits(b);
+        let increment = match rounding {
             Rounding::NearestEven => {
-                let lsb = V::and_u(hi, V::splat_u(1));
-                V::shr::<16>(V::add_u(V::add_u(b, V::splat_u(0x7FFF)), lsb))
+                let lsb = V::and_u(V::shr::<16>(b), V::splat_u(1));
+                V::add_u(V::splat_u(0x7FFF), lsb)
             }
-            Rounding::Stochastic => V::shr::<16>(V::add_u(b, r)),
-            Rounding::TowardZero => hi,
+            Rounding::Stochastic => r,
+            Rounding::TowardZero => V::splat_u(0),
         };
-        V::select_u(nan_bits::<V>(b), V::or_u(hi, V::splat_u(0x40)), rounded)
+        if V::MERGE_MASKING {
+            let quieted = V::or_u(V::shr::<16>(b), V::splat_u(0x40));
+            V::select_u(nan, quieted, V::shr::<16>(V::add_u(b, increment)))
+        } else {
+            let quiet = V::keep_u(nan, V::splat_u(0x40));
+            V::or_u(V::shr::<16>(V::add_u(b, V::clear_u(nan, increment))), quiet)
+        }
     }
 }
 
@@ -170,7 +171,8 @@ unsafe fn to_f16_stochastic_hw<V: Simd>(b: V::U, a: V::U, sign: V::U, r: V::U) -
     unsafe {
         let s = V::splat_u;
         let kept = V::and_u(V::add_u(b, V::shr::<3>(r)), s(0xFFFF_E000));
-        let normal = V::f32_to_f16_hw(V::from_bits(V::select_u(nan_bits::<V>(b), b, kept)), false)?;
+        let normal =
+            V::f32_to_f16_hw(V::from_bits(V::select_u(V::is_nan_bits(b), b, kept)), false)?;
         let tiny = V::gt_i32(s(((F16_EMIN + 127) as u32) << 23), a);
         let fixed = fixed16_below_emin::<V, 10>(a, F16_EMIN);
         let sub = V::or_u(sign, V::shr::<16>(V::add_u(fixed, r)));

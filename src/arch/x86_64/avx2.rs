@@ -72,6 +72,10 @@ impl Simd for Avx2 {
         unsafe { _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(a, b)) }
     }
     #[inline(always)]
+    unsafe fn is_nan_bits(b: __m256i) -> __m256i {
+        unsafe { Self::is_nan(_mm256_castsi256_ps(b)) }
+    }
+    #[inline(always)]
     unsafe fn any(m: __m256i) -> bool {
         unsafe { _mm256_movemask_ps(_mm256_castsi256_ps(m)) != 0 }
     }
@@ -139,6 +143,14 @@ impl Simd for Avx2 {
     #[inline(always)]
     unsafe fn select_u(m: __m256i, a: __m256i, b: __m256i) -> __m256i {
         unsafe { _mm256_blendv_epi8(b, a, m) }
+    }
+    #[inline(always)]
+    unsafe fn keep_u(m: __m256i, a: __m256i) -> __m256i {
+        unsafe { _mm256_and_si256(m, a) }
+    }
+    #[inline(always)]
+    unsafe fn clear_u(m: __m256i, a: __m256i) -> __m256i {
+        unsafe { _mm256_andnot_si256(m, a) }
     }
     #[inline(always)]
     unsafe fn mul_hi_lo(a: __m256i, b: __m256i) -> (__m256i, __m256i) {

@@ -73,6 +73,10 @@ impl Simd for Avx512 {
         unsafe { _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b) }
     }
     #[inline(always)]
+    unsafe fn is_nan_bits(b: __m512i) -> __mmask16 {
+        unsafe { Self::is_nan(_mm512_castsi512_ps(b)) }
+    }
+    #[inline(always)]
     unsafe fn any(m: __mmask16) -> bool {
         m != 0
     }
@@ -172,6 +176,7 @@ impl Simd for Avx512 {
             Some(_mm512_cvtepu16_epi32(h))
         }
     }
+    const MERGE_MASKING: bool = true;
     const PHILOX_EVEN_LANES: bool = true;
     const PHILOX_CHAINS: usize = 4;
     #[inline(always)]
