@@ -94,11 +94,11 @@ pub(crate) trait Simd: Copy + 'static + crate::kernels::PhiloxFill {
     unsafe fn min_i32(a: Self::U, b: Self::U) -> Self::U;
     unsafe fn max_i32(a: Self::U, b: Self::U) -> Self::U;
     unsafe fn select_u(m: Self::M, a: Self::U, b: Self::U) -> Self::U;
-    /// Whether masks are predicate registers that an instruction can merge its result under
-    /// (AVX-512's k-masks): a [`Self::select_u`] then folds into the instruction before it. Where
-    /// false, a select against zero ([`Self::keep_u`], [`Self::clear_u`]) is the cheap form and a
-    /// general select may cost several uops (AVX2's `vpblendvb`: three on Intel).
-    const MERGE_MASKING: bool = false;
+    /// Whether [`Self::select_u`] is one instruction: AVX-512's merge masking (the blend folds into
+    /// the instruction before it) and NEON's `bsl`. Where false, a select against zero
+    /// ([`Self::keep_u`], [`Self::clear_u`]) is the cheap form and a general select may cost
+    /// several uops (AVX2's `vpblendvb`: three on Intel) or lanes of scalar code (portable).
+    const CHEAP_SELECT: bool = false;
     /// `a` where `m` is set, else 0. AVX2 overrides it with a plain `vpand`: through the byte
     /// blend of [`Self::select_u`], LLVM rebuilt a byte mask from the whole-lane compare mask first.
     #[inline(always)]

@@ -6,11 +6,12 @@ use crate::reference::round::Rounding;
 /// f32 bits -> bf16 bits (in the low half of each lane) with `rounding`; `r` is used only when
 /// stochastic. NaN lanes keep their top half with the quiet bit set.
 ///
-/// Two forms of the same bits. With merge masking (AVX-512) the quieted top half is or-ed over
-/// NaN lanes under the mask, one `vpord`. Elsewhere NaN lanes take no increment and the quiet bit
-/// is or-ed in (`vpandn`, `vpand`, `vpor` on AVX2), which spares AVX2 a blend (`vpblendvb`, three
-/// uops on Intel) and the portable backend a select; on AVX-512 that form cost nearest-even one
-/// instruction more (+4% at 64K on Zen 4).
+/// Two forms of the same bits. Where a select is one instruction (AVX-512's merge-masked `vpord`,
+/// NEON's `bsl`) the quieted top half is blended over NaN lanes. Elsewhere NaN lanes take no
+/// increment and the quiet bit is or-ed in (`vpandn`, `vpand`, `vpor` on AVX2), which spares AVX2
+/// a blend (`vpblendvb`, three uops on Intel) and the portable backend a select; with a one-
+/// instruction select that form costs nearest-even one instruction more (AVX-512: +4% at 64K on
+/// Zen 4; NEON: 10 vector instructions instead of 9).
 #[inline(always)]
 pub(crate) unsafe fn to_bf16<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V::U {
     unsafe {
@@ -23,7 +24,7 @@ pub(crate) unsafe fn to_bf16<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V
             Rounding::Stochastic => r,
             Rounding::TowardZero => V::splat_u(0),
         };
-        if V::MERGE_MASKING {
+        if V::CHEAP_SELECT {
             let quieted = V::or_u(V::shr::<16>(b), V::splat_u(0x40));
             V::select_u(nan, quieted, V::shr::<16>(V::add_u(b, increment)))
         } else {

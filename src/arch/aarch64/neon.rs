@@ -16,6 +16,7 @@ impl Simd for Neon {
     type M = uint32x4_t;
     /// Reduction lanes in pairs: 0-1, 2-3, ..., 14-15.
     type Acc = [float64x2_t; 8];
+    const CHEAP_SELECT: bool = true;
 
     #[inline(always)]
     unsafe fn splat(x: f32) -> float32x4_t {

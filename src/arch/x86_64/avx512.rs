@@ -176,7 +176,7 @@ impl Simd for Avx512 {
             Some(_mm512_cvtepu16_epi32(h))
         }
     }
-    const MERGE_MASKING: bool = true;
+    const CHEAP_SELECT: bool = true;
     const PHILOX_EVEN_LANES: bool = true;
     const PHILOX_CHAINS: usize = 4;
     #[inline(always)]
