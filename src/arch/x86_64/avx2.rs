@@ -73,7 +73,7 @@ impl Simd for Avx2 {
     }
     #[inline(always)]
     unsafe fn is_nan_bits(b: __m256i) -> __m256i {
-        unsafe { Self::is_nan(_mm256_castsi256_ps(b)) }
+        unsafe { Self::is_nan(Self::from_bits(b)) }
     }
     #[inline(always)]
     unsafe fn any(m: __m256i) -> bool {

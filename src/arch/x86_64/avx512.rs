@@ -74,7 +74,7 @@ impl Simd for Avx512 {
     }
     #[inline(always)]
     unsafe fn is_nan_bits(b: __m512i) -> __mmask16 {
-        unsafe { Self::is_nan(_mm512_castsi512_ps(b)) }
+        unsafe { Self::is_nan(Self::from_bits(b)) }
     }
     #[inline(always)]
     unsafe fn any(m: __mmask16) -> bool {
