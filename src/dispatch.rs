@@ -364,12 +364,18 @@ macro_rules! simd_backend {
             // (see `kernels::PhiloxFill`).
             $(#[target_feature(enable = $features)])?
             #[inline(never)]
-            unsafe fn philox_fill(bits: &mut kernels::GroupBits<$V>, group: u64) {
+            unsafe fn philox_fill<const WORDS: bool>(
+                bits: &mut kernels::GroupBits<$V, WORDS>,
+                group: u64,
+            ) {
                 unsafe { bits.fill(group) }
             }
             impl kernels::PhiloxFill for $V {
                 #[inline(always)]
-                unsafe fn fill_span(bits: &mut kernels::GroupBits<$V>, group: u64) {
+                unsafe fn fill_span<const WORDS: bool>(
+                    bits: &mut kernels::GroupBits<$V, WORDS>,
+                    group: u64,
+                ) {
                     const OUT_OF_LINE: bool = true $(&& $features.is_empty())?;
                     unsafe {
                         if OUT_OF_LINE {

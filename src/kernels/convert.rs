@@ -13,7 +13,8 @@ use crate::reference::philox::BitsCoord;
 use crate::reference::round::Rounding;
 
 struct FillBits<V: Simd> {
-    rng: GroupBits<V>,
+    /// As words: `full_run` stores both halves of each at once.
+    rng: GroupBits<V, true>,
     dst: *mut u16,
 }
 

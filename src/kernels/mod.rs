@@ -154,13 +154,21 @@ pub(crate) unsafe fn run_chunks<V: Simd, B: ChunkBody<V>>(base: u64, n: usize, b
 /// one vector are a dependency chain). On AVX-512 one group is only two counter vectors; a span of two
 /// groups made `philox_bits` 15% faster (docs/DESIGN.md). The bits are the same whatever the span:
 /// SPEC.md §3.2 fixes them per element.
-pub(crate) struct GroupBits<V: Simd> {
+///
+/// `WORDS` picks how the span is kept: as Philox output words ([`Self::word32`], for the bulk fill,
+/// which stores both halves of a word at once), or, by default, already split into one vector of
+/// 16-bit values per chunk ([`Self::r16`]), so that a chunk's bits are one load with no choice of
+/// half: with words, each chunk's shift-or-mask branch and index arithmetic were 13 of the 99
+/// instructions of an AVX2 all-bf16 SR AdamW chunk (docs/DESIGN.md).
+pub(crate) struct GroupBits<V: Simd, const WORDS: bool = false> {
     coord: BitsCoord,
     key: [u32; 2],
     /// First group of the cached span; `NO_SPAN` before the first fill.
     group: u64,
-    /// `words[4 * b + w]`: output word `w` of block vector `b` (blocks `16 * group + b * LANES + lane`).
-    words: [V::U; 4 * MAX_BLOCK_VECTORS],
+    /// With `WORDS`, `bits[4 * b + w]` is output word `w` of block vector `b` (blocks
+    /// `16 * group + b * LANES + lane`). Otherwise `bits[i]` holds, in the low half of each lane,
+    /// the bits of the span's chunk `i` (elements `128 * group + i * LANES + lane`).
+    bits: [V::U; 8 * MAX_BLOCK_VECTORS],
     /// What the rounds share across lanes, set up by the first fill.
     rounds: RoundConsts<V>,
 }
@@ -194,7 +202,7 @@ const MAX_BLOCK_VECTORS: usize = 4;
 /// (wrapping) is at least any span for every group `g`.
 const NO_SPAN: u64 = u64::MAX - 255;
 
-impl<V: Simd> GroupBits<V> {
+impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
     /// Blocks one counter vector carries: one per lane, or with `even` one per even lane.
     const fn blocks_per_vector(even: bool) -> usize {
         if even { V::LANES / 2 } else { V::LANES }
@@ -216,7 +224,7 @@ impl<V: Simd> GroupBits<V> {
             coord,
             key: seed_key(coord.seed),
             group: NO_SPAN,
-            words: [unsafe { V::splat_u(0) }; 4 * MAX_BLOCK_VECTORS],
+            bits: [unsafe { V::splat_u(0) }; 8 * MAX_BLOCK_VECTORS],
             rounds: RoundConsts {
                 word1: u64::MAX,
                 c_r0: unsafe { V::splat_u(0) },
@@ -337,18 +345,46 @@ impl<V: Simd> GroupBits<V> {
                 }
                 if EVEN {
                     for (j, xy) in c.chunks_exact(2).enumerate() {
-                        let b = v / 2 + j;
                         let (x, y) = (&xy[0], &xy[1]);
-                        for (out, (x, y)) in
-                            self.words[4 * b..4 * b + 4].iter_mut().zip(x.iter().zip(y))
-                        {
-                            *out = V::pack_even(*x, *y);
-                        }
+                        let words = [
+                            V::pack_even(x[0], y[0]),
+                            V::pack_even(x[1], y[1]),
+                            V::pack_even(x[2], y[2]),
+                            V::pack_even(x[3], y[3]),
+                        ];
+                        Self::keep(&mut self.bits, v / 2 + j, words);
                     }
                 } else {
                     for (j, c) in c.iter().enumerate() {
-                        self.words[4 * (v + j)..4 * (v + j) + 4].copy_from_slice(c);
+                        Self::keep(&mut self.bits, v + j, *c);
                     }
+                }
+            }
+        }
+    }
+
+    /// Keeps the four output words of block vector `b` of the span in `bits`, in the `WORDS`
+    /// layout or split into chunks (see the field).
+    #[inline(always)]
+    unsafe fn keep(bits: &mut [V::U; 8 * MAX_BLOCK_VECTORS], b: usize, words: [V::U; 4]) {
+        unsafe {
+            if WORDS {
+                bits[4 * b..4 * b + 4].copy_from_slice(&words);
+            } else {
+                // Block vector `j` of group `d` gives chunks `k * nb + j` of the group, `k` being
+                // the half: word `w`'s low half for `k = 2w`, its high half for `k = 2w + 1`.
+                let nb = 16 / V::LANES;
+                let first = b / nb * (128 / V::LANES) + b % nb;
+                // Unchecked: `b` is below the span's `SPAN * 16 / LANES` block vectors, so `i + nb`
+                // is below its `SPAN * 128 / LANES` chunks, at most `bits.len()` (the assert in
+                // `SPAN`). With bounds checks, LLVM kept the conversions' kernel state in memory:
+                // their rounding and format were reloaded and tested in every chunk (gungraun,
+                // AVX2: bf16 SR +16% instructions instead of -15%).
+                debug_assert!(b < Self::SPAN as usize * 16 / V::LANES);
+                for (w, x) in words.iter().enumerate() {
+                    let i = first + 2 * w * nb;
+                    *bits.get_unchecked_mut(i) = V::and_u(*x, V::splat_u(0xFFFF));
+                    *bits.get_unchecked_mut(i + nb) = V::shr::<16>(*x);
                 }
             }
         }
@@ -371,15 +407,22 @@ impl<V: Simd> GroupBits<V> {
     #[inline(always)]
     pub unsafe fn r16(&mut self, e: u64) -> V::U {
         unsafe {
+            debug_assert!(e.is_multiple_of(V::LANES as u64));
             let d = self.span_group(e);
-            let nb = 16 / V::LANES;
-            let c = (e & 127) as usize / V::LANES;
-            let (k, b) = (c / nb, d * nb + c % nb);
-            let w = self.words[4 * b + (k >> 1)];
-            if k & 1 == 1 {
-                V::shr::<16>(w)
+            if WORDS {
+                let nb = 16 / V::LANES;
+                let c = (e & 127) as usize / V::LANES;
+                let (k, b) = (c / nb, d * nb + c % nb);
+                let w = self.bits[4 * b + (k >> 1)];
+                if k & 1 == 1 {
+                    V::shr::<16>(w)
+                } else {
+                    V::and_u(w, V::splat_u(0xFFFF))
+                }
             } else {
-                V::and_u(w, V::splat_u(0xFFFF))
+                // Spans start at a multiple of the span, so the chunk within it is this.
+                let chunks = Self::SPAN as usize * 128 / V::LANES;
+                self.bits[(e / V::LANES as u64) as usize % chunks]
             }
         }
     }
@@ -390,9 +433,9 @@ impl<V: Simd> GroupBits<V> {
     #[inline(always)]
     pub unsafe fn word32(&mut self, e: u64, j: usize) -> V::U {
         unsafe {
-            debug_assert!(e.is_multiple_of(32) && j < 16 / V::LANES);
+            debug_assert!(WORDS && e.is_multiple_of(32) && j < 16 / V::LANES);
             let b = self.span_group(e) * (16 / V::LANES) + j;
-            self.words[4 * b + ((e & 127) >> 5) as usize]
+            self.bits[4 * b + ((e & 127) >> 5) as usize]
         }
     }
 
@@ -426,7 +469,7 @@ impl<V: Simd> GroupBits<V> {
 /// arrays) made LLVM stop inlining `core::array::from_fn`, which the portable primitives use,
 /// into the largest kernels (callgrind: the bf16-SR AdamW +32%).
 pub(crate) trait PhiloxFill {
-    unsafe fn fill_span(bits: &mut GroupBits<Self>, group: u64)
+    unsafe fn fill_span<const WORDS: bool>(bits: &mut GroupBits<Self, WORDS>, group: u64)
     where
         Self: Simd;
 }
@@ -590,11 +633,12 @@ pub(crate) unsafe fn stage_out<T: Copy>(src: *const T, dst: *mut T, c: &Chunk) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::philox::{block_counter, philox4x32_10};
+    use crate::reference::philox::{block_counter, element_bits, philox4x32_10};
 
-    /// Both Philox layouts of [`GroupBits`] on backend `V` against the reference, word by word,
-    /// for groups whose blocks carry into the counter's high words and keys that wrap. One
-    /// `GroupBits` per layout fills every span in turn, so its cached `RoundConsts` must follow
+    /// Both Philox layouts of [`GroupBits`] on backend `V`, each kept as words and split into
+    /// chunks, against the reference (word by word, and element by element), for groups whose
+    /// blocks carry into the counter's high words and keys that wrap. One `GroupBits` per layout
+    /// and form fills every span in turn, so its cached `RoundConsts` must follow
     /// counter word 1 as it changes (0 → 1 → 0xFFF → 0) from span to span.
     #[inline(always)]
     unsafe fn check_layouts<V: Simd>(name: &str) {
@@ -630,16 +674,37 @@ mod tests {
             0,
         ];
         for coord in coords {
-            let mut lanes = unsafe { GroupBits::<V>::new(coord) };
-            let mut even = unsafe { GroupBits::<V>::new(coord) };
+            let mut lanes = unsafe { GroupBits::<V, true>::new(coord) };
+            let mut even = unsafe { GroupBits::<V, true>::new(coord) };
+            let mut lanes_split = unsafe { GroupBits::<V>::new(coord) };
+            let mut even_split = unsafe { GroupBits::<V>::new(coord) };
             for group in groups {
                 unsafe {
                     lanes.fill_layout::<false>(group);
                     even.fill_layout::<true>(group);
+                    lanes_split.fill_layout::<false>(group);
+                    even_split.fill_layout::<true>(group);
+                }
+                // Split into chunks: every element of the span, its 16 bits in the low half.
+                for (layout, bits) in [("lanes", &lanes_split), ("even", &even_split)] {
+                    let mut got = [0u32; 8 * MAX_BLOCK_VECTORS * MAX_LANES];
+                    for (i, w) in bits.bits.iter().enumerate() {
+                        unsafe {
+                            V::store(got[i * V::LANES..].as_mut_ptr().cast(), V::from_bits(*w))
+                        };
+                    }
+                    for (i, got) in got[..128 * span as usize].iter().enumerate() {
+                        let e = group * 128 + i as u64;
+                        if e >= 1 << 51 {
+                            break; // past the last element (SPEC.md §3.2)
+                        }
+                        let want = u32::from(element_bits(&coord, e));
+                        assert_eq!(*got, want, "{name} {layout} split: {coord:?} element {e}");
+                    }
                 }
                 for (layout, bits) in [("lanes", &lanes), ("even", &even)] {
                     let mut got = [0u32; 4 * MAX_BLOCK_VECTORS * MAX_LANES];
-                    for (i, w) in bits.words.iter().enumerate() {
+                    for (i, w) in bits.bits[..4 * MAX_BLOCK_VECTORS].iter().enumerate() {
                         unsafe {
                             V::store(got[i * V::LANES..].as_mut_ptr().cast(), V::from_bits(*w))
                         };
