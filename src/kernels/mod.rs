@@ -635,6 +635,18 @@ mod tests {
     use super::*;
     use crate::reference::philox::{block_counter, element_bits, philox4x32_10};
 
+    /// The lanes of a span cache, vector after vector.
+    #[inline(always)]
+    unsafe fn lanes_of<V: Simd>(
+        bits: &[V::U; 8 * MAX_BLOCK_VECTORS],
+    ) -> [u32; 8 * MAX_BLOCK_VECTORS * MAX_LANES] {
+        let mut got = [0u32; 8 * MAX_BLOCK_VECTORS * MAX_LANES];
+        for (i, w) in bits.iter().enumerate() {
+            unsafe { V::store(got[i * V::LANES..].as_mut_ptr().cast(), V::from_bits(*w)) };
+        }
+        got
+    }
+
     /// Both Philox layouts of [`GroupBits`] on backend `V`, each kept as words and split into
     /// chunks, against the reference (word by word, and element by element), for groups whose
     /// blocks carry into the counter's high words and keys that wrap. One `GroupBits` per layout
@@ -687,12 +699,7 @@ mod tests {
                 }
                 // Split into chunks: every element of the span, its 16 bits in the low half.
                 for (layout, bits) in [("lanes", &lanes_split), ("even", &even_split)] {
-                    let mut got = [0u32; 8 * MAX_BLOCK_VECTORS * MAX_LANES];
-                    for (i, w) in bits.bits.iter().enumerate() {
-                        unsafe {
-                            V::store(got[i * V::LANES..].as_mut_ptr().cast(), V::from_bits(*w))
-                        };
-                    }
+                    let got = unsafe { lanes_of::<V>(&bits.bits) };
                     for (i, got) in got[..128 * span as usize].iter().enumerate() {
                         let e = group * 128 + i as u64;
                         if e >= 1 << 51 {
@@ -703,12 +710,7 @@ mod tests {
                     }
                 }
                 for (layout, bits) in [("lanes", &lanes), ("even", &even)] {
-                    let mut got = [0u32; 4 * MAX_BLOCK_VECTORS * MAX_LANES];
-                    for (i, w) in bits.bits[..4 * MAX_BLOCK_VECTORS].iter().enumerate() {
-                        unsafe {
-                            V::store(got[i * V::LANES..].as_mut_ptr().cast(), V::from_bits(*w))
-                        };
-                    }
+                    let got = unsafe { lanes_of::<V>(&bits.bits) };
                     // Every block of the span (two groups on AVX-512).
                     for block in 0..16 * span as usize {
                         if group * 16 + block as u64 >= 1 << 48 {
