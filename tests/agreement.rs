@@ -12,23 +12,10 @@ use halfstep::{
     StepContext, TensorStream, bf16, f16,
 };
 use rand_core::Rng;
-use std::sync::Once;
 
-/// Every available backend except the reference, as engines; prints the skipped ones once.
+/// Every available backend except the reference, as engines; reports the skipped ones once.
 fn backends() -> Vec<Engine> {
-    static REPORT: Once = Once::new();
-    REPORT.call_once(|| {
-        for b in halfstep::ALL_BACKENDS {
-            if !b.is_available() {
-                println!("agreement: skipping backend {b}: not available on this CPU/target");
-            }
-        }
-    });
-    Backend::available()
-        .into_iter()
-        .filter(|&b| b != Backend::Reference)
-        .map(|b| Engine::new(b).unwrap())
-        .collect()
+    common::available_engines("agreement", false)
 }
 
 fn reference() -> Engine {

@@ -134,15 +134,7 @@ fn bits(ds: &[TensorData]) -> Vec<Vec<u32>> {
 }
 
 fn engines() -> Vec<Engine> {
-    for b in halfstep::ALL_BACKENDS {
-        if !b.is_available() {
-            println!("parallel: skipping backend {b}: not available on this CPU/target");
-        }
-    }
-    Backend::available()
-        .into_iter()
-        .map(|b| Engine::new(b).unwrap())
-        .collect()
+    common::available_engines("parallel", true)
 }
 
 /// A step, the group it runs on, and the bits it must give.

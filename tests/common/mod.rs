@@ -215,3 +215,27 @@ impl OwnedState {
         b
     }
 }
+
+/// The backends this CPU and target run, as engines (the reference among them only with
+/// `with_reference`), after one line for each backend it lacks, once per test binary. The line
+/// goes straight to stderr: `println!` is captured by the test harness and shown only for a
+/// failing test, so a skipped backend would pass unseen.
+pub fn available_engines(suite: &str, with_reference: bool) -> Vec<halfstep::Engine> {
+    use halfstep::{ALL_BACKENDS, Backend, Engine};
+    use std::io::Write;
+    static REPORT: std::sync::Once = std::sync::Once::new();
+    REPORT.call_once(|| {
+        let mut err = std::io::stderr().lock();
+        for b in ALL_BACKENDS.into_iter().filter(|b| !b.is_available()) {
+            let _ = writeln!(
+                err,
+                "{suite}: skipping backend {b}: not available on this CPU/target"
+            );
+        }
+    });
+    Backend::available()
+        .into_iter()
+        .filter(|&b| with_reference || b != Backend::Reference)
+        .map(|b| Engine::new(b).unwrap())
+        .collect()
+}
