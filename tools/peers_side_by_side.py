@@ -10,6 +10,9 @@ Needs torch; the IPEX rows also need IPEX (`bash ../shared/bench/setup-peers.sh`
   ~/.cache/halfstep-peers/bin/python tools/peers_side_by_side.py --threads 1 2 --sizes 65536 1048576 67108864 --runs 3
 With `--json FILE` the rows are also written to FILE for tools/bench_report.py (peer columns and plot marks).
 `--timer PATH` runs another step_timer binary (one built here and carried to another machine).
+`--floor PATH` also times a floor binary with step_timer's command line after each row (for `lamb`:
+examples/lamb_traffic_floor.rs, the bytes any LAMB must move and nothing else), and adds its column and
+peer / floor: where that is under 2, no LAMB on this machine can be twice as fast as the peer.
 step_timer inherits the environment: with `STEP_TIMER_PAGE_OFFSETS=64,64,832,1600,3136` halfstep's buffers
 lie where its PyTorch package puts them (each state at its own slot in the weight's page; BENCHMARKS.md,
 "Peers at 64M with halfstep's buffers where its package puts them"); by default one after another.
@@ -118,6 +121,15 @@ def ours(timer, kernel, n, threads):
     return float(out.stdout.strip())
 
 
+def floor(binary, kernel, n, threads):
+    """The floor binary's ns per parameter for this row, or None (no binary, or no floor for it)."""
+    if not binary:
+        return None
+    out = subprocess.run([binary, kernel, str(n), str(threads)], capture_output=True, text=True, check=True)
+    text = out.stdout.strip()
+    return None if text == "-" else float(text)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -127,9 +139,10 @@ def main():
     ap.add_argument("--kernels", nargs="+",
                     help="only these rows (sgd adagrad adam lamb: IPEX; sgd_f32 adagrad_f32 adam_f32 adamw_f32)")
     ap.add_argument("--timer", default=TIMER, help="the step_timer binary (default: this tree's release build)")
+    ap.add_argument("--floor", help="a floor binary with step_timer's command line (prints - for no floor)")
     ap.add_argument("--json", help="also write the rows to this file")
     a = ap.parse_args()
-    cells = {}  # (threads, elements, kernel) -> (peer name, [peer ns], [halfstep ns])
+    cells = {}  # (threads, elements, kernel) -> (peer name, [peer ns], [halfstep ns], [floor ns])
     for run in range(a.runs):
         for t in a.threads:
             torch.set_num_threads(t)
@@ -139,21 +152,40 @@ def main():
                         continue
                     p = median_ns_per_param(step, n)
                     h = ours(a.timer, kernel, n, t)
-                    print(f"run {run + 1}: {kernel} {n} {t}T peer {p:.3f} halfstep {h:.3f} ({p / h:.2f}x)",
+                    f = floor(a.floor, kernel, n, t)
+                    fl = f" floor {f:.3f}" if f is not None else ""
+                    print(f"run {run + 1}: {kernel} {n} {t}T peer {p:.3f} halfstep {h:.3f} ({p / h:.2f}x){fl}",
                           file=sys.stderr, flush=True)
-                    c = cells.setdefault((t, n, kernel), (name, [], []))
+                    c = cells.setdefault((t, n, kernel), (name, [], [], []))
                     c[1].append(p)
                     c[2].append(h)
+                    if f is not None:
+                        c[3].append(f)
     rows = []
     print(f"torch {torch.__version__}, halfstep backend from HALFSTEP_BACKEND or detection, "
           f"median of {a.runs} run(s)\n")
-    print("| kernel | peer | elements | threads | peer ns/param | halfstep ns/param | peer / halfstep |")
-    print("|---|---|---|---|---|---|---|")
-    for (t, n, kernel), (name, ps, hs) in cells.items():
+    head = "| kernel | peer | elements | threads | peer ns/param | halfstep ns/param | peer / halfstep |"
+    rule = "|---|---|---|---|---|---|---|"
+    if a.floor:
+        head += " floor ns/param (runs) | peer / floor |"
+        rule += "---|---|"
+    print(head)
+    print(rule)
+    for (t, n, kernel), (name, ps, hs, fs) in cells.items():
         p, h = statistics.median(ps), statistics.median(hs)
-        print(f"| {kernel} | {name} | {n} | {t} | {p:.3f} | {h:.3f} | {p / h:.2f}x |")
-        rows.append({"kernel": kernel, "peer": name, "elements": n, "threads": t,
-                     "peer_ns": p, "halfstep_ns": h, "runs": a.runs})
+        line = f"| {kernel} | {name} | {n} | {t} | {p:.3f} | {h:.3f} | {p / h:.2f}x |"
+        row = {"kernel": kernel, "peer": name, "elements": n, "threads": t,
+               "peer_ns": p, "halfstep_ns": h, "runs": a.runs}
+        if a.floor:
+            if fs:
+                f = statistics.median(fs)
+                each = ", ".join(f"{x:.3f}" for x in fs)
+                line += f" {f:.3f} ({each}) | {p / f:.2f}x |"
+                row["floor_ns"] = f
+            else:
+                line += " - | - |"
+        print(line)
+        rows.append(row)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"torch": torch.__version__, "runs": a.runs, "rows": rows}, f, indent=1)
