@@ -73,6 +73,18 @@ mod x86 {
         _mm256_castps_si256(_mm256_div_ps(m, _mm256_sqrt_ps(v)))
     }
 
+    /// Eight u16 from `p`, zero-extended to 32 bits.
+    #[target_feature(enable = "avx2")]
+    unsafe fn widen(p: *const u16) -> __m256i {
+        unsafe { _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast())) }
+    }
+
+    /// Eight u32 from `p`.
+    #[target_feature(enable = "avx2")]
+    unsafe fn load(p: *const u32) -> __m256i {
+        unsafe { _mm256_loadu_si256(p.cast()) }
+    }
+
     /// Pass 1: reads g, top, trail, m, v; writes m, v, and u if `KEEP`; one square root and
     /// division per element.
     #[target_feature(enable = "avx2")]
@@ -80,13 +92,10 @@ mod x86 {
         unsafe {
             let mut i = 0;
             while i + 8 <= s.g.len() {
-                let load16 = |p: *const u16| _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
-                let x = _mm256_xor_si256(
-                    _mm256_xor_si256(load16(s.g.as_ptr().add(i)), load16(s.top.as_ptr().add(i))),
-                    load16(s.trail.as_ptr().add(i)),
-                );
-                let m = _mm256_xor_si256(_mm256_loadu_si256(s.m.as_ptr().add(i).cast()), x);
-                let v = _mm256_xor_si256(_mm256_loadu_si256(s.v.as_ptr().add(i).cast()), x);
+                let gp = _mm256_xor_si256(widen(s.g.as_ptr().add(i)), widen(s.top.as_ptr().add(i)));
+                let x = _mm256_xor_si256(gp, widen(s.trail.as_ptr().add(i)));
+                let m = _mm256_xor_si256(load(s.m.as_ptr().add(i)), x);
+                let v = _mm256_xor_si256(load(s.v.as_ptr().add(i)), x);
                 let u = direction(m, v);
                 if KEEP {
                     _mm256_storeu_si256(s.u.as_mut_ptr().add(i).cast(), u);
@@ -108,18 +117,12 @@ mod x86 {
         unsafe {
             let mut i = 0;
             while i + 8 <= s.top.len() {
-                let load16 = |p: *const u16| _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
-                let p = _mm256_or_si256(
-                    _mm256_slli_epi32(load16(s.top.as_ptr().add(i)), 16),
-                    load16(s.trail.as_ptr().add(i)),
-                );
+                let top = _mm256_slli_epi32(widen(s.top.as_ptr().add(i)), 16);
+                let p = _mm256_or_si256(top, widen(s.trail.as_ptr().add(i)));
                 let u = if KEEP {
-                    _mm256_loadu_si256(s.u.as_ptr().add(i).cast())
+                    load(s.u.as_ptr().add(i))
                 } else {
-                    direction(
-                        _mm256_loadu_si256(s.m.as_ptr().add(i).cast()),
-                        _mm256_loadu_si256(s.v.as_ptr().add(i).cast()),
-                    )
+                    direction(load(s.m.as_ptr().add(i)), load(s.v.as_ptr().add(i)))
                 };
                 let p = _mm256_add_epi32(p, u);
                 // Halves back to 16 bits: pack within each 128-bit lane, then gather the two
