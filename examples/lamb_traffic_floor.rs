@@ -14,9 +14,11 @@
 //!
 //! Both loops do that traffic, with integer adds and xors in place of the rest of the arithmetic,
 //! in two passes with a barrier between them, on `threads` threads (the calling thread and
-//! spinning workers, as OpenMP's team). The floor is the faster of the two: no LAMB, halfstep's
-//! or another's, can run below it on the same machine. (Keeping u for some elements and not for
-//! others costs a mix of the two, so it is no faster than the faster one.)
+//! spinning workers, as OpenMP's team). The floor is the faster of the two. It is measured, not
+//! derived: a LAMB, halfstep's or another's, that moves these bytes with ordinary loads and
+//! stores has all of this work and more, so it does not run below it on the same machine.
+//! (Keeping u for some elements and not for others costs a mix of the two, so it is no faster
+//! than the faster one.)
 //!
 //! Same command line and schedule as `examples/step_timer.rs` (median of 5 batches of about
 //! 2e8 / n steps, ns per parameter), so `tools/peers_side_by_side.py --floor` runs it beside the
@@ -85,6 +87,14 @@ mod x86 {
         unsafe { _mm256_loadu_si256(p.cast()) }
     }
 
+    /// Eight 32-bit lanes (each below 2^16) narrowed to u16: pack within each 128-bit lane, then
+    /// gather the two 64-bit results into the low 128 bits.
+    #[target_feature(enable = "avx2")]
+    fn narrow(x: __m256i) -> __m128i {
+        let x = _mm256_packus_epi32(x, x);
+        _mm256_castsi256_si128(_mm256_permute4x64_epi64(x, 0b1000))
+    }
+
     /// Pass 1: reads g, top, trail, m, v; writes m, v, and u if `KEEP`; one square root and
     /// division per element.
     #[target_feature(enable = "avx2")]
@@ -125,12 +135,6 @@ mod x86 {
                     direction(load(s.m.as_ptr().add(i)), load(s.v.as_ptr().add(i)))
                 };
                 let p = _mm256_add_epi32(p, u);
-                // Halves back to 16 bits: pack within each 128-bit lane, then gather the two
-                // 64-bit results into the low 128 bits.
-                let narrow = |x: __m256i| {
-                    let x = _mm256_packus_epi32(x, x);
-                    _mm256_castsi256_si128(_mm256_permute4x64_epi64(x, 0b1000))
-                };
                 let hi = narrow(_mm256_srli_epi32(p, 16));
                 let lo = narrow(_mm256_and_si256(p, _mm256_set1_epi32(0xffff)));
                 _mm_storeu_si128(s.top.as_mut_ptr().add(i).cast(), hi);

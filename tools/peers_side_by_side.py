@@ -11,7 +11,7 @@ Needs torch; the IPEX rows also need IPEX (`bash ../shared/bench/setup-peers.sh`
 With `--json FILE` the rows are also written to FILE for tools/bench_report.py (peer columns and plot marks).
 `--timer PATH` runs another step_timer binary (one built here and carried to another machine).
 `--floor PATH` also times a floor binary with step_timer's command line after each row (for `lamb`:
-examples/lamb_traffic_floor.rs, the bytes any LAMB must move and nothing else), and adds its column and
+examples/lamb_traffic_floor.rs: the bytes, square roots and divisions any LAMB needs, and nothing else), and adds its column and
 peer / floor: where that is under 2, no LAMB on this machine can be twice as fast as the peer.
 step_timer inherits the environment: with `STEP_TIMER_PAGE_OFFSETS=64,64,832,1600,3136` halfstep's buffers
 lie where its PyTorch package puts them (each state at its own slot in the weight's page; BENCHMARKS.md,
@@ -116,17 +116,21 @@ def ipex_rows(n, w, g32):
     return rows
 
 
+def timed(binary, kernel, n, threads):
+    """What a binary with step_timer's command line prints for this row (ns per parameter, or `-`)."""
+    out = subprocess.run([binary, kernel, str(n), str(threads)], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
 def ours(timer, kernel, n, threads):
-    out = subprocess.run([timer, kernel, str(n), str(threads)], capture_output=True, text=True, check=True)
-    return float(out.stdout.strip())
+    return float(timed(timer, kernel, n, threads))
 
 
 def floor(binary, kernel, n, threads):
     """The floor binary's ns per parameter for this row, or None (no binary, or no floor for it)."""
     if not binary:
         return None
-    out = subprocess.run([binary, kernel, str(n), str(threads)], capture_output=True, text=True, check=True)
-    text = out.stdout.strip()
+    text = timed(binary, kernel, n, threads)
     return None if text == "-" else float(text)
 
 
