@@ -9,8 +9,11 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import halfstep  # noqa: E402
+try:  # the installed package, else the checkout's
+    import halfstep
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    import halfstep
 
 torch.manual_seed(0)
 x = torch.randn(1024, 32)

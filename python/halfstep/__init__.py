@@ -1,35 +1,50 @@
-"""halfstep for PyTorch: torch.optim optimizers backed by halfstep's C ABI (ctypes, no compiler).
+"""halfstep for PyTorch: torch.optim optimizers backed by halfstep's C library (through ctypes).
 
+    pip install .                      # from a checkout: builds the library into the package
     import halfstep
-    opt = halfstep.AdamW(model.parameters(), lr=1e-3, weights="bf16", states="fp32", seed=42)
+    opt = halfstep.AdamW(model.parameters(), lr=1e-3, weights="split", states="bf16", seed=42)
 
-Storage (`weights`): "fp32" (parameters are float32), "split" (parameters are the bf16 tops of
-fp32 master weights; the 16-bit trails live in the optimizer state), "bf16" (bf16 parameters,
-stochastic rounding by default, `rounding="nearest"` for round-to-nearest-even). Optimizer states:
-"fp32" or "bf16" (stochastic). Gradients are read in the parameters' dtype.
+Each optimizer takes torch.optim's arguments with torch.optim's defaults and meaning, and these of
+its own (keyword-only):
 
-The random bits are a function of (seed, step, parameter index, element): replicas that use the
-same seed and `replica=None` stay bit-identical; `replica=r` gives replica r its own bits.
+- ``weights``: how the parameters are stored. "fp32" (float32 parameters), "split" (the parameters
+  are the bfloat16 tops of float32 master weights whose 16-bit trails live in the optimizer state:
+  the update is exact in float32, IPEX's Split-SGD layout), "bf16" (bfloat16 parameters, each update
+  rounded to bfloat16).
+- ``states``: "fp32" or "bf16" (stochastically rounded) optimizer states.
+- ``rounding``: "stochastic" (default) or "nearest" (ties to even) for bfloat16 weights.
+- ``seed``: the run's seed (0 <= seed < 2**64), saved in ``state_dict()``.
+- ``replica``: None (every replica rounds with the same bits, so data-parallel replicas stay
+  identical) or 0..65534 (this replica's own bits).
+- ``threads``: None (each step runs on halfstep's global thread pool) or n >= 1 (the stepping
+  thread's own pool of n threads, itself one of them; 1 keeps every step on the stepping thread).
+  Threads never change a bit.
 
-Threads (`threads`, never a change in the bits): None runs each step on rayon's global pool, to
-which the stepping thread hands the work and waits; an int n gives the stepping thread its own pool
-of n threads, itself one of them (`hs_threads_calling_thread`, made on the first step and kept for
-the thread's life), which saves the hand-off (8-17 us per parameter group per step on a 2-core VM, ~28 us on 16 cores);
-1 keeps every step on the stepping thread.
+The random bits are a function of (seed, the parameter's step, the parameter's index among all
+the optimizer's parameters, the element, replica). Each parameter keeps its own step count in
+``state["step"]``, as torch.optim does, for bias correction and the random bits.
 
-The shared library is found through $HALFSTEP_LIB, else ../target/release/libhalfstep.so relative to
-this package (build it with `cargo build --release --features capi`).
+Every ``step()`` checks each parameter, gradient and state it passes to the library (dtype, device,
+layout, contiguity, element counts, and that no two buffers overlap) before anything is written, and
+raises ``ValueError`` naming the parameter where one no longer fits.
+
+The library is found through $HALFSTEP_LIB, else the one installed in this package, else
+``target/release/libhalfstep.so`` of the checkout this file is in (``cargo build --release
+--features capi``).
 """
 
 import array
 import ctypes
+import glob
 import os
 
 import torch
 
-__all__ = ["SGD", "Adagrad", "AdamW", "Adam", "LAMB", "library", "round_to_bf16"]
+__version__ = "0.1.0"
 
-# --- the C ABI (include/halfstep.h) ---------------------------------------------------------------
+__all__ = ["SGD", "Adagrad", "AdamW", "Adam", "LAMB", "library", "round_to_bf16", "__version__"]
+
+# --- the C ABI (include/halfstep.h; python/tests checks these against it field by field) ---------
 
 HS_F32, HS_BF16, HS_SPLIT = 0, 1, 2
 HS_NEAREST_EVEN, HS_STOCHASTIC, HS_TOWARD_ZERO = 0, 1, 2
@@ -77,9 +92,8 @@ class LambConfig(ctypes.Structure):
                 ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float), ("max_trust_ratio", ctypes.c_float)]
 
 
-# A group's descriptors are built each step as one array of 64-bit words laid out as `hs_tensor`s: a
-# step cost 10-15 us per parameter with a ctypes struct per buffer, ~5 us with these words (BENCHMARKS.md,
-# "Per-parameter cost of the PyTorch package"). Word indices come from the ctypes layout above; an
+# A call's descriptors are one array of 64-bit words laid out as `hs_tensor`s, which costs a third
+# of building a ctypes struct per buffer. Word indices come from the ctypes layout above; an
 # `hs_buffer` is (kind | rounding << 32, data, trail); index_base stays 0.
 assert ctypes.sizeof(Buffer) == 24 and ctypes.sizeof(Tensor) % 8 == 0
 _WORDS = ctypes.sizeof(Tensor) // 8
@@ -89,13 +103,30 @@ assert Tensor.stream_id.offset % 8 == 0
 _lib = None
 
 
+def _library_path():
+    """$HALFSTEP_LIB, else the library built into this package, else the checkout's release build."""
+    env = os.environ.get("HALFSTEP_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for pattern in ("_libhalfstep*.so", "_libhalfstep*.dylib", "_libhalfstep*.pyd"):
+        found = sorted(glob.glob(os.path.join(here, pattern)))
+        if found:
+            return found[0]
+    return os.path.join(here, "..", "..", "target", "release", "libhalfstep.so")
+
+
 def library():
-    """The loaded shared library (loaded on first use)."""
+    """The loaded C library (loaded on first use; an optimizer's constructor loads it)."""
     global _lib
     if _lib is None:
-        path = os.environ.get("HALFSTEP_LIB") or os.path.join(
-            os.path.dirname(__file__), "..", "..", "target", "release", "libhalfstep.so")
-        lib = ctypes.CDLL(os.path.abspath(path))
+        path = _library_path()
+        try:
+            lib = ctypes.CDLL(os.path.abspath(path))
+        except OSError as e:
+            raise ImportError(f"halfstep: cannot load the halfstep library at {path} ({e}); install the "
+                              "package with `pip install .` or set HALFSTEP_LIB to a libhalfstep.so built "
+                              "with `cargo build --release --features capi`") from e
         P = ctypes.POINTER
         for name, cfg in [("hs_sgd_step", SgdConfig), ("hs_adagrad_step", AdagradConfig),
                           ("hs_adam_step", AdamConfig)]:
@@ -137,19 +168,33 @@ def _ptr(t):
     return ctypes.c_void_p(t.data_ptr())
 
 
+def _seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 64:
+        raise ValueError(f"seed must be an int in [0, 2**64), not {seed!r}")
+    return seed
+
+
+def _replica(replica):
+    if replica is None:
+        return HS_REPLICA_IDENTICAL
+    if isinstance(replica, bool) or not isinstance(replica, int) or not 0 <= replica <= 65534:
+        raise ValueError(f"replica must be None or an int in [0, 65534], not {replica!r}")
+    return replica
+
+
 def round_to_bf16(x, seed, step, stream=0, replica=None, stochastic=True):
     """A bf16 copy of float32 `x`, rounded stochastically with the bits of (seed, step, stream,
     element, replica) - e.g. activations in a forward pass - or to nearest-even."""
     x = x.detach().contiguous().float()
     out = torch.empty(x.shape, dtype=torch.bfloat16)
-    ctx = StepContext(seed, step, HS_REPLICA_IDENTICAL if replica is None else replica)
+    ctx = StepContext(_seed(seed), step, _replica(replica))
     _check(library().hs_f32_to_16(_ptr(x), _ptr(out), x.numel(), 0,
                                   HS_STOCHASTIC if stochastic else HS_NEAREST_EVEN,
                                   ctypes.byref(ctx), stream, 0), "f32_to_bf16")
     return out
 
 
-# --- torch.optim.Optimizer subclasses --------------------------------------------------------------
+# --- where states live ------------------------------------------------------------------------------
 
 _PAGE = 4096
 
@@ -163,19 +208,10 @@ def _state_like(p, fill, dtype, name):
     whose data starts `_SLOTS[name] * _SLOT_BYTES` bytes past `p`'s offset within a 4 KiB page
     (a view into an allocation one page longer).
 
-    Why a chosen offset: tensors allocated one after another from glibc's heap (every one under
-    32 MiB, once the process has freed a large one) lie their size plus 64 bytes apart. Where that
-    size is a multiple of 1 MiB, a step's load from one buffer comes a chunk or a few after a store to
-    another at the same address modulo 1 MiB, and on Intel's Sapphire Rapids both halfstep's step
-    and PyTorch's own ran 2-3x slower (BENCHMARKS.md, "Buffers 64 bytes past a multiple of 1 MiB").
-    Why a different offset per state: AMD Zen's L1 holds one line per set and "µtag" (a hash of
-    address bits 12-27), and buffers allocated one after another (mmap's, above 32 MiB) often lie at
-    distances that hash to zero, so a state and its weight (or two states) at the same offset in a
-    page evicted each other along much of a step (BENCHMARKS.md, "AMD's µtag" and "The PyTorch
-    package's states in L1 sets of their own": Adam's two moments at 16M elements, 7-17% of the step).
-    768 bytes apart, the buffers of one element size that a parameter's step walks side by side sit
-    in different L1 sets, 12 cache lines or more apart modulo 4 KiB (on Sapphire Rapids as fast as
-    whole pages apart)."""
+    Why: buffers a few cache lines apart modulo 1 MiB (consecutive heap allocations often are) made
+    steps 2-3x slower on Sapphire Rapids, and two buffers at the same offset in a page can evict
+    each other from AMD Zen's L1 (its "µtag"); 768 bytes apart modulo 4 KiB, neither happens
+    (docs/DESIGN.md, "Where the PyTorch package puts states"). `state_dict()` saves compact copies."""
     n = p.numel()
     pad = _PAGE // torch.empty((), dtype=dtype).element_size()
     buf = torch.empty(n + pad, dtype=dtype)
@@ -191,120 +227,222 @@ def _state_like(p, fill, dtype, name):
 
 _WEIGHTS = {"fp32": torch.float32, "split": torch.bfloat16, "bf16": torch.bfloat16}
 _STATES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_GRADS = {torch.float32: HS_F32, torch.bfloat16: HS_BF16}
+# torch.optim keeps `state["step"]` as a float32 tensor, exact up to 2**24 steps.
+_MAX_STEP = 2 ** 24
+
+# torch.optim's implementation switches: the values halfstep honours (its step is one fused kernel
+# on the CPU), and why the others are refused.
+_SWITCHES = {
+    "foreach": ((None, False), "halfstep has no foreach path: each step is one fused call"),
+    "fused": ((None, True), "halfstep's step is always fused"),
+    "capturable": ((False,), "halfstep steps CPU tensors; CUDA graph capture does not apply"),
+    "differentiable": ((False,), "halfstep's step is not differentiable"),
+}
+
+
+def _describe(p):
+    return f"{tuple(p.shape)} {p.dtype} on {p.device}"
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
 
 
 class _Halfstep(torch.optim.Optimizer):
-    """Shared machinery: one C call per parameter group per step, every parameter a tensor of the
-    group with its own stream id (its index among all parameters)."""
+    """Shared machinery: per step, every parameter group becomes one C call per distinct parameter
+    step count (usually one), each parameter a tensor with its own stream id (its index among all
+    the optimizer's parameters)."""
 
+    # (state name, the group option that makes it present or None, initial value from the group)
     _state_names = ()
+    _switches = ("foreach", "fused", "differentiable")
 
     def __init__(self, params, defaults, weights, states, rounding, seed, replica, threads):
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be None or an int >= 1, not {threads!r}")
-        self._threads_wanted, self._threads = threads, None
         if weights not in _WEIGHTS:
             raise ValueError(f"weights must be one of {sorted(_WEIGHTS)}, not {weights!r}")
         if states not in _STATES:
             raise ValueError(f"states must be one of {sorted(_STATES)}, not {states!r}")
         if rounding not in ("stochastic", "nearest"):
             raise ValueError(f"rounding must be 'stochastic' or 'nearest', not {rounding!r}")
-        super().__init__(params, defaults)
-        self.weights, self.states_kind = weights, states
+        self._threads_wanted, self._threads, self._workspace = threads, None, None
+        self.weights, self.states_kind, self.rounding_name = weights, states, rounding
         self.rounding = HS_STOCHASTIC if rounding == "stochastic" else HS_NEAREST_EVEN
-        self.seed, self.replica, self.steps_taken = int(seed), replica, 0
-        want = _WEIGHTS[weights]
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.dtype != want or not p.is_contiguous() or p.device.type != "cpu":
-                    raise ValueError(f"weights={weights!r} needs contiguous CPU {want} parameters, "
-                                     f"got {p.dtype} on {p.device}")
-        self._workspace = None
+        self.seed, self.replica = _seed(seed), replica
+        self._replica_word = _replica(replica)
+        library()  # a missing library fails here, not at the first step
+        super().__init__(params, defaults)  # calls add_param_group, which validates each group
 
-    # state_dict: torch's per-parameter state (trails, moments) plus our RNG state.
-    def state_dict(self):
-        sd = super().state_dict()
-        sd["halfstep"] = {"seed": self.seed, "steps_taken": self.steps_taken, "weights": self.weights,
-                          "states": self.states_kind}
-        return sd
+    # --- validation ---------------------------------------------------------------------------
 
-    def load_state_dict(self, state_dict):
-        state_dict = dict(state_dict)
-        hs = state_dict.pop("halfstep")
-        if (hs["weights"], hs["states"]) != (self.weights, self.states_kind):
-            raise ValueError("state_dict was saved with other storage kinds")
-        saved = state_dict["state"]
-        super().load_state_dict(state_dict)
-        # torch casts floating state to the parameter's dtype on load; ours keeps its own dtypes
-        # (fp32 moments next to bf16 weights, int16 trails): restore them as saved.
-        params = [p for g in self.param_groups for p in g["params"]]
-        for index, st in saved.items():
-            p = params[index]
-            self.state[p] = {k: _state_like(p, v, v.dtype, k) for k, v in st.items()}
-        self.seed, self.steps_taken = hs["seed"], hs["steps_taken"]
+    def _name(self):
+        return f"halfstep.{type(self).__name__}"
 
-    def _buffers(self, p):
-        """The state tensors of `p` (created zero on first use), and its trail for split weights."""
+    def _check_group(self, group):
+        """Raises ValueError if `group`'s options are not ones halfstep can step with."""
+        for key in self._switches:
+            allowed, why = _SWITCHES[key]
+            if group.get(key, allowed[0]) not in allowed:
+                raise ValueError(f"{self._name()}: {key}={group[key]!r} is not supported ({why}); "
+                                 f"use {' or '.join(repr(a) for a in allowed)}")
+        # The library's own validation of the hyperparameters: a call with no tensors.
+        ctx = StepContext(self.seed, 1, self._replica_word)
+        self._call(group, ctypes.byref(ctx), None, 0, "hyperparameters")
+
+    def _check_param(self, p, where):
+        want = _WEIGHTS[self.weights]
+        if p.layout != torch.strided:
+            raise ValueError(f"{self._name()}: {where} is a {p.layout} tensor; halfstep steps dense tensors")
+        if p.device.type != "cpu":
+            raise ValueError(f"{self._name()}: {where} is on {p.device}; halfstep steps CPU tensors")
+        if p.dtype != want:
+            raise ValueError(f"{self._name()}: {where} is {p.dtype}, but weights={self.weights!r} needs "
+                             f"{want} parameters (did the model change dtype after the optimizer was made?)")
+        if not p.is_contiguous():
+            raise ValueError(f"{self._name()}: {where} ({_describe(p)}, strides {p.stride()}) is not contiguous "
+                             "(e.g. channels_last or a transposed view); halfstep steps contiguous parameters")
+
+    def add_param_group(self, param_group):
+        """torch.optim's `add_param_group`, with the new group's hyperparameters and parameters
+        checked before it is added."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, not {type(param_group).__name__}")
+        group = dict(param_group)
+        params = group["params"]
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        first = sum(len(g["params"]) for g in self.param_groups)
+        for k, p in enumerate(params):
+            if isinstance(p, tuple):  # named parameters (torch >= 2.6)
+                p = p[1]
+            if isinstance(p, torch.Tensor):
+                self._check_param(p, f"parameter {first + k} ({_describe(p)})")
+        checked = {**self.defaults, **{k: v for k, v in group.items() if k != "params"}}
+        self._check_group(checked)
+        super().add_param_group(param_group)
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def _expected(self, group):
+        """(name, dtype, initial value) of every state a parameter of `group` carries."""
+        kind = _STATES[self.states_kind]
+        out = [(name, kind, init(group)) for name, present, init in self._state_names
+               if present is None or group[present]]
+        if self.weights == "split":
+            out.append(("trail", torch.int16, 0))
+        return out
+
+    def _state_of(self, p, expected, where):
+        """`p`'s state, made (zero, step 0) on its first step and checked against `p` on later ones."""
         st = self.state[p]
-        if not st:
-            for name, init in self._state_names:
-                st[name] = _state_like(p, init(self), _STATES[self.states_kind], name)
-            if self.weights == "split":
-                st["trail"] = _state_like(p, 0, torch.int16, "trail")
+        step = st.get("step")
+        if not isinstance(step, torch.Tensor) or step.dtype != torch.float32 or step.numel() != 1:
+            st["step"] = torch.tensor(float(step or 0), dtype=torch.float32)
+        for name, dtype, init in expected:
+            t = st.get(name)
+            if t is None:
+                st[name] = _state_like(p, init, dtype, name)
+                continue
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.numel() != p.numel() \
+                    or t.device != p.device or t.layout != torch.strided or not t.is_contiguous():
+                got = _describe(t) if isinstance(t, torch.Tensor) else repr(t)
+                raise ValueError(f"{self._name()}: {where}: its state {name!r} is {got}, but the parameter "
+                                 f"needs {p.numel()} contiguous {dtype} elements on {p.device} (the parameter "
+                                 "changed size or the state was replaced after it was made)")
         return st
 
-    def _words(self, group, p, g, stream):
-        """`p`'s `hs_tensor` as 64-bit words (see _WORDS)."""
-        st = self._buffers(p)
-        d = [0] * _WORDS
-        d[_LEN] = p.numel()
-        if self.weights == "split":
-            d[_W], d[_W + 1], d[_W + 2] = HS_SPLIT, p.data_ptr(), st["trail"].data_ptr()
-        elif self.weights == "bf16":
-            d[_W], d[_W + 1] = HS_BF16 | self.rounding << 32, p.data_ptr()
-        else:
-            d[_W], d[_W + 1] = HS_F32 | HS_STOCHASTIC << 32, p.data_ptr()
-        d[_G] = (HS_F32 if g.dtype == torch.float32 else HS_BF16) | HS_STOCHASTIC << 32
-        d[_G + 1] = g.data_ptr()
-        k = _S
-        for t in [st[name] for name, _ in self._state_names] + self._extra_states(group, p, st):
-            d[k] = (HS_F32 if t.dtype == torch.float32 else HS_BF16) | HS_STOCHASTIC << 32
-            d[k + 1] = t.data_ptr()
-            k += 3
-        d[_STREAM] = stream
-        return d
+    # --- step -----------------------------------------------------------------------------------
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One step over every parameter with a gradient. Every check is made for every group
+        before the first call writes anything."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.steps_taken += 1
-        ctx = StepContext(self.seed, self.steps_taken,
-                          HS_REPLICA_IDENTICAL if self.replica is None else int(self.replica))
-        stream = 0
+        calls, stepped, ranges, keep = [], [], [], []
+        index = 0
         for group in self.param_groups:
-            words, n, keep = [], 0, []
+            # Hyperparameters are checked here too (a scheduler may have changed them), so that no
+            # group is written before a later one is found invalid.
+            self._check_group(group)
+            expected = self._expected(group)
+            by_step = {}
             for p in group["params"]:
-                stream += 1
-                if p.grad is None:
-                    continue
+                stream, index = index, index + 1
                 g = p.grad
+                if g is None:
+                    continue
+                where = f"parameter {stream} ({_describe(p)})"
+                self._check_param(p, where)
+                if g.layout != torch.strided:
+                    raise ValueError(f"{self._name()}: {where} has a sparse gradient; halfstep needs dense ones")
+                if g.device != p.device or g.dtype not in _GRADS or g.shape != p.shape:
+                    raise ValueError(f"{self._name()}: {where} has a gradient of {_describe(g)}; halfstep needs "
+                                     "the parameter's shape, float32 or bfloat16, on the parameter's device")
                 if not g.is_contiguous():
                     g = g.contiguous()
-                    keep.append(g)
-                words += self._words(group, p, g, stream - 1)
-                n += 1
-            if n:
-                arr = array.array("Q", words)
-                descs = ctypes.cast(arr.buffer_info()[0], ctypes.POINTER(Tensor))
-                self._call(group, ctypes.byref(ctx), descs, n)
+                st = self._state_of(p, expected, where)
+                step = int(st["step"]) + 1
+                if step >= _MAX_STEP:
+                    raise ValueError(f"{self._name()}: {where} would take step {step}, past the 2**24 that "
+                                     "torch.optim's float32 state['step'] counts exactly")
+                stepped.append(st["step"])
+                if p.numel() == 0:
+                    continue
+                words, buffers = self._words(group, expected, p, g, st, stream)
+                for name, t in buffers:
+                    ranges.append((t.data_ptr(), t.data_ptr() + _nbytes(t), stream, name))
+                keep.append(buffers)  # the words hold addresses only: keep copies (gradients) alive
+                by_step.setdefault(step, []).append(words)
+            for step, descs in by_step.items():
+                calls.append((group, step, descs))
+        self._check_no_overlap(ranges)
+        for group, step, descs in calls:
+            ctx = StepContext(self.seed, step, self._replica_word)
+            arr = array.array("Q", [w for d in descs for w in d])
+            ptr = ctypes.cast(arr.buffer_info()[0], ctypes.POINTER(Tensor))
+            self._call(group, ctypes.byref(ctx), ptr, len(descs), "step")
+        if stepped:
+            torch._foreach_add_(stepped, 1.0)
         return loss
 
-    def _extra_states(self, group, p, st):
-        """State tensors after `_state_names` that `group`'s options add (AMSGrad's maximum)."""
-        return []
+    def _check_no_overlap(self, ranges):
+        """No two buffers of a step may share memory (views of one storage included): the library
+        would read what it has just written."""
+        ranges.sort()
+        for a, b in zip(ranges, ranges[1:]):
+            if b[0] < a[1]:
+                raise ValueError(f"{self._name()}: the {a[3]} of parameter {a[2]} and the {b[3]} of parameter "
+                                 f"{b[2]} share memory; every buffer of a step must be its own")
+
+    def _words(self, group, expected, p, g, st, stream):
+        """`p`'s `hs_tensor` as 64-bit words (see _WORDS), and its buffers by name."""
+        d = [0] * _WORDS
+        d[_LEN] = p.numel()
+        buffers = [("parameter", p), ("gradient", g)]
+        if self.weights == "split":
+            d[_W], d[_W + 1], d[_W + 2] = HS_SPLIT, p.data_ptr(), st["trail"].data_ptr()
+            buffers.append(("trail", st["trail"]))
+        elif self.weights == "bf16":
+            d[_W], d[_W + 1] = HS_BF16 | self.rounding << 32, p.data_ptr()
+        else:
+            d[_W], d[_W + 1] = HS_F32 | HS_STOCHASTIC << 32, p.data_ptr()
+        d[_G] = _GRADS[g.dtype] | HS_STOCHASTIC << 32
+        d[_G + 1] = g.data_ptr()
+        k = _S
+        for name, _, _ in expected:
+            if name == "trail":
+                continue
+            t = st[name]
+            d[k] = (HS_F32 if t.dtype == torch.float32 else HS_BF16) | HS_STOCHASTIC << 32
+            d[k + 1] = t.data_ptr()
+            buffers.append((name, t))
+            k += 3
+        d[_STREAM] = stream
+        return d, buffers
 
     def _pool(self):
         """The `hs_threads *` steps run on (None: the global pool), made on the first step."""
@@ -318,100 +456,209 @@ class _Halfstep(torch.optim.Optimizer):
                 raise ValueError(f"halfstep threads={n}: {lib.hs_last_error().decode(errors='replace')}")
         return self._threads
 
+    # --- state_dict, copies ---------------------------------------------------------------------
+
+    def state_dict(self):
+        """torch.optim's layout (`state[i]["step"]`, `"exp_avg"`, ... with compact tensors, and the
+        param groups) plus `"halfstep"`: the seed and the storage kinds. torch.optim's optimizers load
+        it (they ignore the trails of split weights), and this one loads theirs."""
+        sd = super().state_dict()
+        sd["state"] = {i: {k: (v.clone() if isinstance(v, torch.Tensor) and k != "step" else v)
+                           for k, v in st.items()} for i, st in sd["state"].items()}
+        sd["halfstep"] = {"seed": self.seed, "weights": self.weights, "states": self.states_kind}
+        return sd
+
+    def load_state_dict(self, state_dict):
+        """Loads a `state_dict()` of this class, or of the torch.optim optimizer it mirrors (the seed
+        is then the constructor's; trails of split weights start at zero)."""
+        state_dict = dict(state_dict)
+        hs = state_dict.pop("halfstep", None) or {}
+        kinds = (hs.get("weights", self.weights), hs.get("states", self.states_kind))
+        if kinds != (self.weights, self.states_kind):
+            raise ValueError(f"{self._name()}: the state_dict was saved with weights={kinds[0]!r}, "
+                             f"states={kinds[1]!r}; this optimizer has weights={self.weights!r}, "
+                             f"states={self.states_kind!r}")
+        for group in state_dict["param_groups"]:
+            self._check_group({**self.defaults, **{k: v for k, v in group.items() if k != "params"}})
+        saved = state_dict["state"]
+        super().load_state_dict(state_dict)
+        # torch casts floating state to the parameter's dtype on load; ours keeps its own dtypes
+        # (fp32 moments next to bf16 weights, int16 trails): restore them from the saved values.
+        params = {i: p for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        groups = {id(p): g for g in self.param_groups for p in g["params"]}
+        for index, st in saved.items():
+            p = params[index]
+            expected = {name: dtype for name, dtype, _ in self._expected(groups[id(p)])}
+            restored = {}
+            for k, v in st.items():
+                if k == "step":
+                    restored[k] = torch.tensor(float(v), dtype=torch.float32)
+                elif isinstance(v, torch.Tensor) and k in expected:
+                    if v.numel() != p.numel():
+                        raise ValueError(f"{self._name()}: state {k!r} of parameter {index} has {v.numel()} "
+                                         f"elements, the parameter {p.numel()}")
+                    restored[k] = _state_like(p, v.to(expected[k]), expected[k], k)
+                elif v is not None:
+                    restored[k] = v
+            if "step" not in restored:
+                # A halfstep checkpoint from before per-parameter steps, or torch.optim.SGD's (no step):
+                # a state that exists has been stepped at least once.
+                restored["step"] = torch.tensor(float(hs.get("steps_taken", 1)), dtype=torch.float32)
+            self.state[p] = restored
+        self.seed = _seed(hs.get("seed", self.seed))
+
+    def __getstate__(self):
+        s = super().__getstate__()
+        for k in ("weights", "states_kind", "rounding_name", "rounding", "seed", "replica", "_replica_word",
+                  "_threads_wanted"):
+            s[k] = getattr(self, k)
+        return s
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        # The C handles are per object: a copy makes its own on first use.
+        self._threads, self._workspace = None, None
+
     def __del__(self):
+        lib = _lib
+        if lib is None:
+            return
         if getattr(self, "_workspace", None):
-            library().hs_lamb_workspace_free(self._workspace)
+            lib.hs_lamb_workspace_free(self._workspace)
+            self._workspace = None
         if getattr(self, "_threads", None):
-            library().hs_threads_free(self._threads)
+            lib.hs_threads_free(self._threads)
+            self._threads = None
+
+
+_COMMON_DOC = """
+    halfstep's own arguments (keyword-only): ``weights`` ("fp32", "split", "bf16"), ``states``
+    ("fp32", "bf16"), ``rounding`` ("stochastic", "nearest": bf16 weights), ``seed`` (int),
+    ``replica`` (None or 0..65534), ``threads`` (None or n >= 1); see the package docstring.
+    torch.optim's ``foreach`` (None, False), ``fused`` (None, True), ``differentiable`` (False) and,
+    where torch.optim has it, ``capturable`` (False) are accepted with the values listed: halfstep's
+    step is always one fused CPU call."""
 
 
 class SGD(_Halfstep):
-    """`torch.optim.SGD` (momentum, dampening, nesterov, weight decay, maximize)."""
+    __doc__ = """`torch.optim.SGD`: lr, momentum, dampening, weight_decay, nesterov, maximize.
 
-    _state_names = (("momentum_buffer", lambda self: 0.0),)
+    State per parameter: ``step`` and, with momentum, ``momentum_buffer``.""" + _COMMON_DOC
+
+    _state_names = (("momentum_buffer", "momentum", lambda g: 0.0),)
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
-                 maximize=False, *, weights="fp32", states="fp32", rounding="stochastic", seed=0,
-                 replica=None, threads=None):
-        if momentum == 0.0:
-            self._state_names = ()
-        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov, maximize=maximize),
+                 *, maximize=False, foreach=None, differentiable=False, fused=None,
+                 weights="fp32", states="fp32", rounding="stochastic", seed=0, replica=None, threads=None):
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov, maximize=maximize, foreach=foreach,
+                                      differentiable=differentiable, fused=fused),
                          weights, states, rounding, seed, replica, threads)
 
-    def _call(self, g, ctx, arr, n):
-        cfg = SgdConfig(g["lr"], g["momentum"], g["dampening"], g["weight_decay"], g["nesterov"], g["maximize"])
-        _check(library().hs_sgd_step(ctypes.byref(cfg), ctx, arr, n, self._pool()), "sgd step")
+    def _call(self, g, ctx, arr, n, what):
+        cfg = SgdConfig(float(g["lr"]), g["momentum"], g["dampening"], g["weight_decay"], bool(g["nesterov"]),
+                        bool(g["maximize"]))
+        _check(library().hs_sgd_step(ctypes.byref(cfg), ctx, arr, n, self._pool() if n else None), f"sgd {what}")
 
 
 class Adagrad(_Halfstep):
-    """`torch.optim.Adagrad`."""
+    __doc__ = """`torch.optim.Adagrad`: lr, lr_decay, weight_decay, initial_accumulator_value, eps, maximize.
 
-    _state_names = (("sum", lambda self: self.defaults["initial_accumulator_value"]),)
+    State per parameter: ``step`` and ``sum`` (starting at initial_accumulator_value).""" + _COMMON_DOC
+
+    _state_names = (("sum", None, lambda g: g["initial_accumulator_value"]),)
 
     def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0,
-                 eps=1e-10, maximize=False, *, weights="fp32", states="fp32", rounding="stochastic", seed=0,
-                 replica=None, threads=None):
-        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, eps=eps,
-                                      initial_accumulator_value=initial_accumulator_value, maximize=maximize),
+                 eps=1e-10, foreach=None, *, maximize=False, differentiable=False, fused=None,
+                 weights="fp32", states="fp32", rounding="stochastic", seed=0, replica=None, threads=None):
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value, foreach=foreach,
+                                      maximize=maximize, differentiable=differentiable, fused=fused),
                          weights, states, rounding, seed, replica, threads)
 
-    def _call(self, g, ctx, arr, n):
-        cfg = AdagradConfig(g["lr"], g["lr_decay"], g["weight_decay"], g["eps"],
-                            g["initial_accumulator_value"], g["maximize"])
-        _check(library().hs_adagrad_step(ctypes.byref(cfg), ctx, arr, n, self._pool()), "adagrad step")
+    def _call(self, g, ctx, arr, n, what):
+        cfg = AdagradConfig(float(g["lr"]), g["lr_decay"], g["weight_decay"], g["eps"],
+                            g["initial_accumulator_value"], bool(g["maximize"]))
+        _check(library().hs_adagrad_step(ctypes.byref(cfg), ctx, arr, n, self._pool() if n else None),
+               f"adagrad {what}")
 
 
-class AdamW(_Halfstep):
-    """`torch.optim.AdamW` (`decoupled=False` gives `torch.optim.Adam`'s L2 decay)."""
+class Adam(_Halfstep):
+    __doc__ = """`torch.optim.Adam`: lr, betas, eps, weight_decay (L2, added to the gradient; decoupled
+    as AdamW's with decoupled_weight_decay=True), amsgrad, maximize.
 
-    _state_names = (("exp_avg", lambda self: 0.0), ("exp_avg_sq", lambda self: 0.0))
-    _decoupled = True
+    State per parameter: ``step``, ``exp_avg``, ``exp_avg_sq`` and, with amsgrad, ``max_exp_avg_sq``.""" \
+        + _COMMON_DOC
+
+    _state_names = (("exp_avg", None, lambda g: 0.0), ("exp_avg_sq", None, lambda g: 0.0),
+                    ("max_exp_avg_sq", "amsgrad", lambda g: 0.0))
+    _switches = ("foreach", "fused", "capturable", "differentiable")
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
+                 *, foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
+                 decoupled_weight_decay=False, weights="fp32", states="fp32", rounding="stochastic", seed=0,
+                 replica=None, threads=None):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize, foreach=foreach, capturable=capturable,
+                                      differentiable=differentiable, fused=fused,
+                                      decoupled_weight_decay=decoupled_weight_decay),
+                         weights, states, rounding, seed, replica, threads)
+
+    def _call(self, g, ctx, arr, n, what):
+        b1, b2 = g["betas"]
+        cfg = AdamConfig(float(g["lr"]), float(b1), float(b2), g["eps"], g["weight_decay"],
+                         bool(g["decoupled_weight_decay"]), bool(g["amsgrad"]), bool(g["maximize"]))
+        _check(library().hs_adam_step(ctypes.byref(cfg), ctx, arr, n, self._pool() if n else None),
+               f"adam {what}")
+
+
+class AdamW(Adam):
+    __doc__ = """`torch.optim.AdamW`: lr, betas, eps, weight_decay (decoupled), amsgrad, maximize.
+
+    State per parameter: ``step``, ``exp_avg``, ``exp_avg_sq`` and, with amsgrad, ``max_exp_avg_sq``.""" \
+        + _COMMON_DOC
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False,
-                 maximize=False, *, weights="fp32", states="fp32", rounding="stochastic", seed=0, replica=None,
-                 threads=None):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize),
-                         weights, states, rounding, seed, replica, threads)
-
-    def _extra_states(self, group, p, st):
-        if not group["amsgrad"]:
-            return []
-        if "max_exp_avg_sq" not in st:
-            st["max_exp_avg_sq"] = _state_like(p, 0, st["exp_avg_sq"].dtype, "max_exp_avg_sq")
-        return [st["max_exp_avg_sq"]]
-
-    def _call(self, g, ctx, arr, n):
-        cfg = AdamConfig(g["lr"], g["betas"][0], g["betas"][1], g["eps"], g["weight_decay"],
-                         self._decoupled, g["amsgrad"], g["maximize"])
-        _check(library().hs_adam_step(ctypes.byref(cfg), ctx, arr, n, self._pool()), "adam step")
-
-
-class Adam(AdamW):
-    """`torch.optim.Adam` (L2 weight decay added to the gradient)."""
-
-    _decoupled = False
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, **kw):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **kw)
+                 *, maximize=False, foreach=None, capturable=False, differentiable=False, fused=None,
+                 weights="fp32", states="fp32", rounding="stochastic", seed=0, replica=None, threads=None):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                         foreach=foreach, maximize=maximize, capturable=capturable, differentiable=differentiable,
+                         fused=fused, decoupled_weight_decay=True, weights=weights, states=states,
+                         rounding=rounding, seed=seed, replica=replica, threads=threads)
 
 
 class LAMB(_Halfstep):
-    """LAMB (NVLAMB, as IPEX's fused LAMB): Adam direction + decoupled decay, trust ratio per tensor."""
+    __doc__ = """LAMB (NVLAMB, as IPEX's fused LAMB): the Adam direction plus decoupled weight decay,
+    scaled per parameter by the trust ratio ||p|| / ||update||. Arguments as `torch.optim.AdamW`'s
+    (lr, betas, eps, weight_decay, maximize) plus max_trust_ratio (None: unbounded).
+    ``maximize`` steps the negated gradient (one gradient-sized copy per parameter per step).
 
-    _state_names = (("exp_avg", lambda self: 0.0), ("exp_avg_sq", lambda self: 0.0))
+    State per parameter: ``step``, ``exp_avg``, ``exp_avg_sq``.""" + _COMMON_DOC
+
+    _state_names = (("exp_avg", None, lambda g: 0.0), ("exp_avg_sq", None, lambda g: 0.0))
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
-                 max_trust_ratio=None, *, weights="fp32", states="fp32", rounding="stochastic", seed=0,
-                 replica=None, threads=None):
+                 max_trust_ratio=None, *, maximize=False, foreach=None, differentiable=False, fused=None,
+                 weights="fp32", states="fp32", rounding="stochastic", seed=0, replica=None, threads=None):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      max_trust_ratio=max_trust_ratio),
+                                      max_trust_ratio=max_trust_ratio, maximize=maximize, foreach=foreach,
+                                      differentiable=differentiable, fused=fused),
                          weights, states, rounding, seed, replica, threads)
 
-    def _call(self, g, ctx, arr, n):
+    def _words(self, group, expected, p, g, st, stream):
+        # The library's LAMB has no maximize: it steps the negated gradient (kept alive by step()).
+        return super()._words(group, expected, p, torch.neg(g) if group["maximize"] else g, st, stream)
+
+    def _call(self, g, ctx, arr, n, what):
         if not self._workspace:
             self._workspace = library().hs_lamb_workspace_new()
-        cfg = LambConfig(g["lr"], g["betas"][0], g["betas"][1], g["eps"], g["weight_decay"],
-                         g["max_trust_ratio"] or 0.0)
-        _check(library().hs_lamb_step(ctypes.byref(cfg), ctx, arr, n, self._pool(), self._workspace), "lamb step")
+            if not self._workspace:
+                raise MemoryError("halfstep: cannot allocate a LAMB workspace")
+        b1, b2 = g["betas"]
+        mtr = g["max_trust_ratio"]
+        if mtr is not None and not mtr > 0:
+            raise ValueError(f"halfstep.LAMB: max_trust_ratio must be None or > 0, not {mtr!r}")
+        cfg = LambConfig(float(g["lr"]), float(b1), float(b2), g["eps"], g["weight_decay"],
+                         0.0 if mtr is None else mtr)
+        _check(library().hs_lamb_step(ctypes.byref(cfg), ctx, arr, n, self._pool() if n else None,
+                                      self._workspace), f"lamb {what}")
