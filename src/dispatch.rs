@@ -509,13 +509,12 @@ simd_backend!(
 #[cfg(target_arch = "aarch64")]
 simd_backend!(neon, crate::arch::aarch64::neon::Neon, "neon");
 
-#[cfg(test)]
-mod tests {
+/// Checks of the private prefetch setting, run by `tests/internals.rs`.
+#[cfg(feature = "fuzzing")]
+pub(crate) mod checks {
     use super::*;
 
-    #[test]
-    #[cfg_attr(miri, ignore = "CPUID is not supported under Miri")]
-    fn prefetch_setting_reads_on_off_auto() {
+    pub(crate) fn prefetch_setting_reads_on_off_auto() {
         assert_eq!(prefetch_setting(Some("on")), Ok(true));
         assert_eq!(prefetch_setting(Some(" 1 ")), Ok(true));
         assert_eq!(prefetch_setting(Some("off")), Ok(false));
@@ -527,12 +526,12 @@ mod tests {
     }
 
     /// `auto` is on exactly for Intel CPUs: checked against the kernel's own reading of the vendor.
-    #[test]
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    #[cfg_attr(miri, ignore = "CPUID is not supported under Miri")]
-    fn prefetch_pays_on_intel_only() {
+    pub(crate) fn prefetch_pays_on_intel_only() {
+        if cfg!(not(all(target_arch = "x86_64", target_os = "linux"))) {
+            return;
+        }
         let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
-            println!("skipped: /proc/cpuinfo is not readable");
+            eprintln!("skipped: /proc/cpuinfo is not readable");
             return;
         };
         let vendor = info
@@ -541,7 +540,7 @@ mod tests {
             .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_string());
         match vendor {
             Some(v) => assert_eq!(prefetch_pays(), v == "GenuineIntel", "vendor {v}"),
-            None => println!("skipped: no vendor_id in /proc/cpuinfo"),
+            None => eprintln!("skipped: no vendor_id in /proc/cpuinfo"),
         }
     }
 }

@@ -892,3 +892,24 @@ pub fn compare_group(
     }
     Ok(())
 }
+
+/// Checks of private invariants, for `tests/internals.rs` (and Miri): each panics on a failure.
+/// They live here rather than in `#[cfg(test)]` modules so that `cargo test` compiles the library
+/// once, not a second time as its own test harness.
+pub mod internals {
+    /// The vector Philox's span caches, both layouts, against the reference on every backend.
+    pub fn philox_layouts() {
+        crate::kernels::checks::philox_layouts_match_the_reference_on_every_backend();
+    }
+
+    /// `HALFSTEP_PREFETCH` values, and `auto` on exactly for Intel CPUs.
+    pub fn prefetch_setting() {
+        crate::dispatch::checks::prefetch_setting_reads_on_off_auto();
+        crate::dispatch::checks::prefetch_pays_on_intel_only();
+    }
+
+    /// How many LAMB norm blocks a piece of a tensor touches.
+    pub fn block_counts() {
+        crate::parallel::checks::block_counts();
+    }
+}

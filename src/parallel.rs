@@ -357,12 +357,12 @@ fn range<C: Step, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, p
     );
 }
 
-#[cfg(test)]
-mod tests {
+/// Checks of the private block arithmetic, run by `tests/internals.rs`.
+#[cfg(feature = "fuzzing")]
+pub(crate) mod checks {
     use super::*;
 
-    #[test]
-    fn block_counts() {
+    pub(crate) fn block_counts() {
         let b = NORM_BLOCK;
         assert_eq!(blocks(0, 0), 0);
         assert_eq!(blocks(0, 1), 1);
@@ -371,23 +371,5 @@ mod tests {
         assert_eq!(blocks(b as u64 - 1, 2), 2);
         assert_eq!(blocks(b as u64 - 1, 1), 1);
         assert_eq!(blocks(5, 3 * b), 4);
-    }
-
-    #[test]
-    fn grain_is_rounded_to_the_split_alignment() {
-        assert_eq!(Threads::current().with_grain(1).grain(), SPLIT_ALIGN);
-        assert_eq!(
-            Threads::global().with_grain(SPLIT_ALIGN + 1).grain(),
-            2 * SPLIT_ALIGN
-        );
-        assert_eq!(Threads::global().grain(), DEFAULT_GRAIN);
-        // The largest grains saturate instead of wrapping to 0 (which would split everything).
-        assert_eq!(Threads::global().with_grain(usize::MAX).grain(), usize::MAX);
-        assert!(
-            Threads::global()
-                .with_grain(usize::MAX - SPLIT_ALIGN)
-                .grain()
-                >= usize::MAX - SPLIT_ALIGN
-        );
     }
 }

@@ -228,8 +228,12 @@ def _state_like(p, fill, dtype, name):
 _WEIGHTS = {"fp32": torch.float32, "split": torch.bfloat16, "bf16": torch.bfloat16}
 _STATES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _GRADS = {torch.float32: HS_F32, torch.bfloat16: HS_BF16}
+_ELEMENT_BYTES = {torch.float32: 4, torch.bfloat16: 2, torch.int16: 2}
 # torch.optim keeps `state["step"]` as a float32 tensor, exact up to 2**24 steps.
 _MAX_STEP = 2 ** 24
+# The step counts are read and written in place (a ctypes view of the tensor's float32), which costs a
+# tenth of a torch operation per parameter.
+_F32 = ctypes.c_float
 
 # torch.optim's implementation switches: the values halfstep honours (its step is one fused kernel
 # on the CPU), and why the others are refused.
@@ -333,116 +337,143 @@ class _Halfstep(torch.optim.Optimizer):
             out.append(("trail", torch.int16, 0))
         return out
 
-    def _state_of(self, p, expected, where):
-        """`p`'s state, made (zero, step 0) on its first step and checked against `p` on later ones."""
+    def _state_of(self, p, expected, stream):
+        """`p`'s state, made (zero, step 0) on its first step and checked against `p` on every step."""
         st = self.state[p]
         step = st.get("step")
-        if not isinstance(step, torch.Tensor) or step.dtype != torch.float32 or step.numel() != 1:
+        if not isinstance(step, torch.Tensor) or step.dtype != torch.float32 or step.numel() != 1 \
+                or not step.is_cpu or not step.is_contiguous():
             st["step"] = torch.tensor(float(step or 0), dtype=torch.float32)
+        n = p.numel()
         for name, dtype, init in expected:
             t = st.get(name)
             if t is None:
                 st[name] = _state_like(p, init, dtype, name)
-                continue
-            if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.numel() != p.numel() \
-                    or t.device != p.device or t.layout != torch.strided or not t.is_contiguous():
+            elif not isinstance(t, torch.Tensor) or t.dtype != dtype or t.numel() != n or not t.is_cpu \
+                    or t.layout != torch.strided or not t.is_contiguous():
                 got = _describe(t) if isinstance(t, torch.Tensor) else repr(t)
-                raise ValueError(f"{self._name()}: {where}: its state {name!r} is {got}, but the parameter "
-                                 f"needs {p.numel()} contiguous {dtype} elements on {p.device} (the parameter "
+                raise ValueError(f"{self._name()}: {self._where(p, stream)}: its state {name!r} is {got}, but "
+                                 f"the parameter needs {n} contiguous {dtype} elements on the CPU (the parameter "
                                  "changed size or the state was replaced after it was made)")
         return st
+
+    def _where(self, p, stream):
+        return f"parameter {stream} ({_describe(p)})"
 
     # --- step -----------------------------------------------------------------------------------
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One step over every parameter with a gradient. Every check is made for every group
-        before the first call writes anything."""
+        """One step over every parameter with a gradient. Every check is made for every parameter
+        of every group before the first call writes anything."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        calls, stepped, ranges, keep = [], [], [], []
+        want = _WEIGHTS[self.weights]
+        split = self.weights == "split"
+        if split:
+            wkind = HS_SPLIT
+        elif self.weights == "bf16":
+            wkind = HS_BF16 | self.rounding << 32
+        else:
+            wkind = HS_F32 | HS_STOCHASTIC << 32
+        strided = torch.strided
+        calls, counters, ranges, keep = [], [], [], []
         index = 0
         for group in self.param_groups:
-            # Hyperparameters are checked here too (a scheduler may have changed them), so that no
-            # group is written before a later one is found invalid.
-            self._check_group(group)
             expected = self._expected(group)
+            states = [(name, (HS_F32 if dtype == torch.float32 else HS_BF16) | HS_STOCHASTIC << 32,
+                       _ELEMENT_BYTES[dtype]) for name, dtype, _ in expected if name != "trail"]
             by_step = {}
             for p in group["params"]:
                 stream, index = index, index + 1
                 g = p.grad
                 if g is None:
                     continue
-                where = f"parameter {stream} ({_describe(p)})"
-                self._check_param(p, where)
-                if g.layout != torch.strided:
-                    raise ValueError(f"{self._name()}: {where} has a sparse gradient; halfstep needs dense ones")
-                if g.device != p.device or g.dtype not in _GRADS or g.shape != p.shape:
-                    raise ValueError(f"{self._name()}: {where} has a gradient of {_describe(g)}; halfstep needs "
-                                     "the parameter's shape, float32 or bfloat16, on the parameter's device")
+                if p.layout != strided or p.dtype != want or not p.is_cpu or not p.is_contiguous():
+                    self._check_param(p, self._where(p, stream))
+                if g.layout != strided:
+                    raise ValueError(f"{self._name()}: {self._where(p, stream)} has a sparse gradient; "
+                                     "halfstep needs dense ones")
+                gkind = _GRADS.get(g.dtype)
+                if gkind is None or not g.is_cpu or g.shape != p.shape:
+                    raise ValueError(f"{self._name()}: {self._where(p, stream)} has a gradient of {_describe(g)}; "
+                                     "halfstep needs the parameter's shape, float32 or bfloat16, on the CPU")
                 if not g.is_contiguous():
                     g = g.contiguous()
-                st = self._state_of(p, expected, where)
-                step = int(st["step"]) + 1
+                    keep.append(g)  # the descriptor holds only its address
+                st = self._state_of(p, expected, stream)
+                counter = st["step"].data_ptr()
+                step = int(_F32.from_address(counter).value) + 1
                 if step >= _MAX_STEP:
-                    raise ValueError(f"{self._name()}: {where} would take step {step}, past the 2**24 that "
-                                     "torch.optim's float32 state['step'] counts exactly")
-                stepped.append(st["step"])
-                if p.numel() == 0:
+                    raise ValueError(f"{self._name()}: {self._where(p, stream)} would take step {step}, past the "
+                                     "2**24 that torch.optim's float32 state['step'] counts exactly")
+                counters.append((counter, step))
+                n = p.numel()
+                if n == 0:
                     continue
-                words, buffers = self._words(group, expected, p, g, st, stream)
-                for name, t in buffers:
-                    ranges.append((t.data_ptr(), t.data_ptr() + _nbytes(t), stream, name))
-                keep.append(buffers)  # the words hold addresses only: keep copies (gradients) alive
-                by_step.setdefault(step, []).append(words)
-            for step, descs in by_step.items():
-                calls.append((group, step, descs))
-        self._check_no_overlap(ranges)
-        for group, step, descs in calls:
-            ctx = StepContext(self.seed, step, self._replica_word)
-            arr = array.array("Q", [w for d in descs for w in d])
-            ptr = ctypes.cast(arr.buffer_info()[0], ctypes.POINTER(Tensor))
-            self._call(group, ctypes.byref(ctx), ptr, len(descs), "step")
-        if stepped:
-            torch._foreach_add_(stepped, 1.0)
-        return loss
-
-    def _check_no_overlap(self, ranges):
-        """No two buffers of a step may share memory (views of one storage included): the library
-        would read what it has just written."""
+                if group.get("maximize") and self._negate_for_maximize:
+                    g = torch.neg(g)
+                    keep.append(g)
+                d = [0] * _WORDS
+                d[_LEN] = n
+                pp, gp = p.data_ptr(), g.data_ptr()
+                d[_W], d[_W + 1], d[_G], d[_G + 1], d[_STREAM] = wkind, pp, gkind | HS_STOCHASTIC << 32, gp, stream
+                ranges.append((pp, pp + n * p.element_size()))
+                ranges.append((gp, gp + n * g.element_size()))
+                if split:
+                    tp = st["trail"].data_ptr()
+                    d[_W + 2] = tp
+                    ranges.append((tp, tp + 2 * n))
+                k = _S
+                for name, kind, size in states:
+                    sp = st[name].data_ptr()
+                    d[k], d[k + 1] = kind, sp
+                    ranges.append((sp, sp + size * n))
+                    k += 3
+                by_step.setdefault(step, []).extend(d)
+            for step, words in by_step.items():
+                calls.append((group, step, words))
         ranges.sort()
         for a, b in zip(ranges, ranges[1:]):
             if b[0] < a[1]:
+                self._explain_overlap()
+        if len(calls) > 1:
+            # Each call checks its hyperparameters before writing; with several calls, a later group
+            # must not be found invalid after an earlier one was written.
+            for group in {id(c[0]): c[0] for c in calls}.values():
+                self._check_group(group)
+        for group, step, words in calls:
+            ctx = StepContext(self.seed, step, self._replica_word)
+            arr = array.array("Q", words)
+            ptr = ctypes.cast(arr.buffer_info()[0], ctypes.POINTER(Tensor))
+            self._call(group, ctypes.byref(ctx), ptr, len(words) // _WORDS, "step")
+        for counter, step in counters:
+            _F32.from_address(counter).value = step
+        return loss
+
+    # LAMB's C kernel has no maximize: the package steps a negated copy of the gradient.
+    _negate_for_maximize = False
+
+    def _explain_overlap(self):
+        """Raises ValueError naming two buffers of this step that share memory."""
+        labelled, index = [], 0
+        for group in self.param_groups:
+            names = [name for name, _, _ in self._expected(group)]
+            for p in group["params"]:
+                stream, index = index, index + 1
+                if p.grad is None or p.numel() == 0:
+                    continue
+                st = self.state[p]
+                for name, t in [("parameter", p), ("gradient", p.grad)] + [(k, st[k]) for k in names]:
+                    labelled.append((t.data_ptr(), t.data_ptr() + _nbytes(t), stream, name))
+        labelled.sort()
+        for a, b in zip(labelled, labelled[1:]):
+            if b[0] < a[1]:
                 raise ValueError(f"{self._name()}: the {a[3]} of parameter {a[2]} and the {b[3]} of parameter "
                                  f"{b[2]} share memory; every buffer of a step must be its own")
-
-    def _words(self, group, expected, p, g, st, stream):
-        """`p`'s `hs_tensor` as 64-bit words (see _WORDS), and its buffers by name."""
-        d = [0] * _WORDS
-        d[_LEN] = p.numel()
-        buffers = [("parameter", p), ("gradient", g)]
-        if self.weights == "split":
-            d[_W], d[_W + 1], d[_W + 2] = HS_SPLIT, p.data_ptr(), st["trail"].data_ptr()
-            buffers.append(("trail", st["trail"]))
-        elif self.weights == "bf16":
-            d[_W], d[_W + 1] = HS_BF16 | self.rounding << 32, p.data_ptr()
-        else:
-            d[_W], d[_W + 1] = HS_F32 | HS_STOCHASTIC << 32, p.data_ptr()
-        d[_G] = _GRADS[g.dtype] | HS_STOCHASTIC << 32
-        d[_G + 1] = g.data_ptr()
-        k = _S
-        for name, _, _ in expected:
-            if name == "trail":
-                continue
-            t = st[name]
-            d[k] = (HS_F32 if t.dtype == torch.float32 else HS_BF16) | HS_STOCHASTIC << 32
-            d[k + 1] = t.data_ptr()
-            buffers.append((name, t))
-            k += 3
-        d[_STREAM] = stream
-        return d, buffers
+        raise ValueError(f"{self._name()}: two buffers of this step share memory")
 
     def _pool(self):
         """The `hs_threads *` steps run on (None: the global pool), made on the first step."""
@@ -645,9 +676,7 @@ class LAMB(_Halfstep):
                                       differentiable=differentiable, fused=fused),
                          weights, states, rounding, seed, replica, threads)
 
-    def _words(self, group, expected, p, g, st, stream):
-        # The library's LAMB has no maximize: it steps the negated gradient (kept alive by step()).
-        return super()._words(group, expected, p, torch.neg(g) if group["maximize"] else g, st, stream)
+    _negate_for_maximize = True
 
     def _call(self, g, ctx, arr, n, what):
         if not self._workspace:

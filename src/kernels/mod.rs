@@ -630,8 +630,10 @@ pub(crate) unsafe fn stage_out<T: Copy>(src: *const T, dst: *mut T, c: &Chunk) {
     }
 }
 
-#[cfg(test)]
-mod tests {
+/// Checks of the vector Philox against the reference, run by `tests/internals.rs` through
+/// `halfstep::fuzzing::internals` (the layouts are private).
+#[cfg(feature = "fuzzing")]
+pub(crate) mod checks {
     use super::*;
     use crate::reference::philox::{block_counter, element_bits, philox4x32_10};
 
@@ -734,8 +736,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn philox_layouts_match_the_reference_on_every_backend() {
+    /// Every backend this CPU runs (the others are skipped with a line on stderr).
+    pub(crate) fn philox_layouts_match_the_reference_on_every_backend() {
         unsafe { check_layouts::<crate::arch::portable::Portable>("portable") };
         #[cfg(target_arch = "x86_64")]
         {
@@ -751,12 +753,12 @@ mod tests {
             if Backend::Avx2.is_available() {
                 unsafe { avx2() }
             } else {
-                println!("skipping avx2: this CPU lacks it");
+                eprintln!("skipping avx2: this CPU lacks it");
             }
             if Backend::Avx512.is_available() {
                 unsafe { avx512() }
             } else {
-                println!("skipping avx512: this CPU lacks it");
+                eprintln!("skipping avx512: this CPU lacks it");
             }
         }
         #[cfg(target_arch = "aarch64")]

@@ -80,28 +80,3 @@ pub fn sum_squares(xs: &[f32], index_base: u64) -> f64 {
     xs.iter().for_each(|&x| acc.push(x));
     acc.finish()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn blocks_and_lanes_follow_the_global_index() {
-        // Element 2047 closes block 0 alone when the slice starts there: its square is block 0's
-        // sum, and the rest start block 1 in lanes 0, 1, ...
-        let xs = [3.0f32, 1.0, 2.0];
-        assert_eq!(sum_squares(&xs, 2047), 14.0);
-    }
-
-    #[test]
-    fn lane_fold_is_the_documented_tree() {
-        let lanes: [f64; 16] = core::array::from_fn(|i| (i + 1) as f64);
-        assert_eq!(fold_lanes(lanes), 136.0);
-        // 2^53 + 1 + 1: the tree adds lanes 0 and 8 first, then 4 and 12 ... so the two ones meet.
-        let mut lanes = [0.0f64; 16];
-        lanes[0] = 9007199254740992.0;
-        lanes[1] = 1.0;
-        lanes[9] = 1.0;
-        assert_eq!(fold_lanes(lanes), 9007199254740994.0);
-    }
-}

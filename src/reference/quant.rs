@@ -308,26 +308,3 @@ pub fn pack_nibbles(codes: &[u8], out: &mut [u8]) {
 pub fn nibble(packed: &[u8], i: usize) -> u8 {
     (packed[i / 2] >> (4 * (i % 2))) & 0xF
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn e2m1_decodes_its_eight_magnitudes() {
-        let v: Vec<f32> = (0..8).map(|c| to_f32(E2M1, c)).collect();
-        assert_eq!(v, [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]);
-        assert_eq!(to_f32(E2M1, 0xF), -6.0);
-    }
-
-    #[test]
-    fn fp8_extremes() {
-        assert_eq!(to_f32(E4M3, 0x7E), 448.0);
-        assert_eq!(to_f32(E4M3, 0x01), pow2(-9));
-        assert!(to_f32(E4M3, 0xFF).is_nan());
-        assert_eq!(to_f32(E5M2, 0x7B), 57344.0);
-        assert_eq!(to_f32(E5M2, 0x7C), f32::INFINITY);
-        assert!(to_f32(E5M2, 0x7D).is_nan());
-        assert_eq!(to_f32(E5M2, 0x01), pow2(-16));
-    }
-}

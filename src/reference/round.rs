@@ -206,35 +206,3 @@ pub fn canonicalize_nan(x: f32) -> f32 {
         x
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn f16_subnormal_widening_is_exact_and_keeps_signed_zero() {
-        // 2^-24 spelled as bits: Miri deliberately perturbs `powi`.
-        let tiny = f32::from_bits(0x3380_0000);
-        assert_eq!(f16_to_f32(0x0001), tiny);
-        assert_eq!(f16_to_f32(0x83FF), -1023.0 * tiny);
-        assert_eq!(f16_to_f32(0x8000).to_bits(), 0x8000_0000);
-        assert_eq!(f16_to_f32(0x0000).to_bits(), 0);
-    }
-
-    #[test]
-    fn round_magnitude_carries_into_next_binade() {
-        // 1.999... in f16 RNE -> 2.0 (0x4000).
-        let a = 0x3FFF_FFFF;
-        assert_eq!(
-            round_magnitude(a, F16_MAN, F16_EMIN, Mode::NearestEven),
-            0x4000
-        );
-        // Largest f16 subnormal + a bit more than half a quantum -> smallest normal 0x0400.
-        let x = (1023.0f64 + 0.75) * f64::from_bits(0x3E70_0000_0000_0000); // 2^-24
-        let a = (x as f32).to_bits();
-        assert_eq!(
-            round_magnitude(a, F16_MAN, F16_EMIN, Mode::NearestEven),
-            0x0400
-        );
-    }
-}

@@ -1,0 +1,38 @@
+//! The library's private invariants, through `halfstep::fuzzing::internals`.
+
+use halfstep::fuzzing::internals;
+
+#[test]
+fn philox_layouts_match_the_reference_on_every_backend() {
+    internals::philox_layouts();
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "CPUID is not supported under Miri")]
+fn prefetch_setting_reads_on_off_auto_and_pays_on_intel_only() {
+    internals::prefetch_setting();
+}
+
+#[test]
+fn block_counts() {
+    internals::block_counts();
+}
+
+#[test]
+fn grain_is_rounded_to_the_split_alignment() {
+    use halfstep::{DEFAULT_GRAIN, SPLIT_ALIGN, Threads};
+    assert_eq!(Threads::current().with_grain(1).grain(), SPLIT_ALIGN);
+    assert_eq!(
+        Threads::global().with_grain(SPLIT_ALIGN + 1).grain(),
+        2 * SPLIT_ALIGN
+    );
+    assert_eq!(Threads::global().grain(), DEFAULT_GRAIN);
+    // The largest grains saturate instead of wrapping to 0 (which would split everything).
+    assert_eq!(Threads::global().with_grain(usize::MAX).grain(), usize::MAX);
+    assert!(
+        Threads::global()
+            .with_grain(usize::MAX - SPLIT_ALIGN)
+            .grain()
+            >= usize::MAX - SPLIT_ALIGN
+    );
+}
