@@ -3,7 +3,6 @@
 mod round {
     use halfstep::reference::round::*;
 
-
     #[test]
     fn f16_subnormal_widening_is_exact_and_keeps_signed_zero() {
         // 2^-24 spelled as bits: Miri deliberately perturbs `powi`.
@@ -35,7 +34,6 @@ mod round {
 mod quant {
     use halfstep::reference::quant::*;
 
-
     #[test]
     fn e2m1_decodes_its_eight_magnitudes() {
         let v: Vec<f32> = (0..8).map(|c| to_f32(E2M1, c)).collect();
@@ -57,7 +55,6 @@ mod quant {
 
 mod philox {
     use halfstep::reference::philox::*;
-
 
     #[test]
     fn mul_hi_lo_is_the_full_product() {
@@ -84,7 +81,6 @@ mod philox {
 
 mod norm {
     use halfstep::reference::norm::*;
-
 
     #[test]
     fn blocks_and_lanes_follow_the_global_index() {

@@ -131,9 +131,10 @@ def library():
         for name, cfg in [("hs_sgd_step", SgdConfig), ("hs_adagrad_step", AdagradConfig),
                           ("hs_adam_step", AdamConfig)]:
             f = getattr(lib, name)
-            f.argtypes = [P(cfg), P(StepContext), P(Tensor), ctypes.c_size_t, ctypes.c_void_p]
+            f.argtypes = [P(cfg), P(StepContext), ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
             f.restype = ctypes.c_int
-        lib.hs_lamb_step.argtypes = [P(LambConfig), P(StepContext), P(Tensor), ctypes.c_size_t,
+        # The tensors (`hs_tensor *`) are passed as the address of an array of descriptor words.
+        lib.hs_lamb_step.argtypes = [P(LambConfig), P(StepContext), ctypes.c_void_p, ctypes.c_size_t,
                                      ctypes.c_void_p, ctypes.c_void_p]
         lib.hs_lamb_step.restype = ctypes.c_int
         lib.hs_lamb_workspace_new.restype = ctypes.c_void_p
@@ -157,11 +158,11 @@ def library():
     return _lib
 
 
-def _check(status, what):
+def _check(status, *what):
     if status != 0:
         msg = library().hs_last_error().decode(errors="replace")
         name = STATUS[status] if 0 <= status < len(STATUS) else str(status)
-        raise ValueError(f"halfstep {what}: {name}: {msg}")
+        raise ValueError(f"halfstep {' '.join(what)}: {name}: {msg}")
 
 
 def _ptr(t):
@@ -260,6 +261,8 @@ class _Halfstep(torch.optim.Optimizer):
 
     # (state name, the group option that makes it present or None, initial value from the group)
     _state_names = ()
+    # The options `_state_names` reads: the states of a group are a function of these.
+    _layout_keys = ()
     _switches = ("foreach", "fused", "differentiable")
 
     def __init__(self, params, defaults, weights, states, rounding, seed, replica, threads):
@@ -272,6 +275,7 @@ class _Halfstep(torch.optim.Optimizer):
         if rounding not in ("stochastic", "nearest"):
             raise ValueError(f"rounding must be 'stochastic' or 'nearest', not {rounding!r}")
         self._threads_wanted, self._threads, self._workspace = threads, None, None
+        self._layouts, self._configs = {}, {}
         self.weights, self.states_kind, self.rounding_name = weights, states, rounding
         self.rounding = HS_STOCHASTIC if rounding == "stochastic" else HS_NEAREST_EVEN
         self.seed, self.replica = _seed(seed), replica
@@ -337,6 +341,19 @@ class _Halfstep(torch.optim.Optimizer):
             out.append(("trail", torch.int16, 0))
         return out
 
+    def _layout(self, group):
+        """`_expected(group)`, and (name, descriptor kind word, bytes per element) of each state
+        the C call takes, kept per combination of the options that decide the states."""
+        key = tuple(group[k] for k in self._layout_keys)
+        cache = self._layouts
+        got = cache.get(key)
+        if got is None:
+            expected = self._expected(group)
+            states = [(name, (HS_F32 if dtype == torch.float32 else HS_BF16) | HS_STOCHASTIC << 32,
+                       _ELEMENT_BYTES[dtype]) for name, dtype, _ in expected if name != "trail"]
+            got = cache[key] = (expected, states)
+        return got
+
     def _state_of(self, p, expected, stream):
         """`p`'s state, made (zero, step 0) on its first step and checked against `p` on every step."""
         st = self.state[p]
@@ -382,9 +399,7 @@ class _Halfstep(torch.optim.Optimizer):
         calls, counters, ranges, keep = [], [], [], []
         index = 0
         for group in self.param_groups:
-            expected = self._expected(group)
-            states = [(name, (HS_F32 if dtype == torch.float32 else HS_BF16) | HS_STOCHASTIC << 32,
-                       _ELEMENT_BYTES[dtype]) for name, dtype, _ in expected if name != "trail"]
+            expected, states = self._layout(group)
             by_step = {}
             for p in group["params"]:
                 stream, index = index, index + 1
@@ -403,14 +418,23 @@ class _Halfstep(torch.optim.Optimizer):
                 if not g.is_contiguous():
                     g = g.contiguous()
                     keep.append(g)  # the descriptor holds only its address
-                st = self._state_of(p, expected, stream)
-                counter = st["step"].data_ptr()
+                st = self.state[p]
+                n = p.numel()
+                for name, dtype, _ in expected:  # the states made on an earlier step still fit
+                    t = st.get(name)
+                    if t is None or t.dtype != dtype or t.numel() != n or not t.is_contiguous() or not t.is_cpu:
+                        st = self._state_of(p, expected, stream)
+                        break
+                step_t = st.get("step")
+                if step_t is None or step_t.dtype != torch.float32 or step_t.numel() != 1 or not step_t.is_cpu:
+                    st = self._state_of(p, expected, stream)
+                    step_t = st["step"]
+                counter = step_t.data_ptr()
                 step = int(_F32.from_address(counter).value) + 1
                 if step >= _MAX_STEP:
                     raise ValueError(f"{self._name()}: {self._where(p, stream)} would take step {step}, past the "
                                      "2**24 that torch.optim's float32 state['step'] counts exactly")
                 counters.append((counter, step))
-                n = p.numel()
                 if n == 0:
                     continue
                 if group.get("maximize") and self._negate_for_maximize:
@@ -447,8 +471,7 @@ class _Halfstep(torch.optim.Optimizer):
         for group, step, words in calls:
             ctx = StepContext(self.seed, step, self._replica_word)
             arr = array.array("Q", words)
-            ptr = ctypes.cast(arr.buffer_info()[0], ctypes.POINTER(Tensor))
-            self._call(group, ctypes.byref(ctx), ptr, len(words) // _WORDS, "step")
+            self._call(group, ctypes.byref(ctx), arr.buffer_info()[0], len(words) // _WORDS, "step")
         for counter, step in counters:
             _F32.from_address(counter).value = step
         return loss
@@ -474,6 +497,16 @@ class _Halfstep(torch.optim.Optimizer):
                 raise ValueError(f"{self._name()}: the {a[3]} of parameter {a[2]} and the {b[3]} of parameter "
                                  f"{b[2]} share memory; every buffer of a step must be its own")
         raise ValueError(f"{self._name()}: two buffers of this step share memory")
+
+    def _config(self, cls, values):
+        """The ctypes config struct of `values`, kept while the hyperparameters stay the same (a
+        schedule that changes them every step makes one a step; the cache is then emptied)."""
+        cfg = self._configs.get(values)
+        if cfg is None:
+            if len(self._configs) > 64:
+                self._configs.clear()
+            cfg = self._configs[values] = cls(*values)
+        return ctypes.byref(cfg)
 
     def _pool(self):
         """The `hs_threads *` steps run on (None: the global pool), made on the first step."""
@@ -549,6 +582,8 @@ class _Halfstep(torch.optim.Optimizer):
         super().__setstate__(state)
         # The C handles are per object: a copy makes its own on first use.
         self._threads, self._workspace = None, None
+        self._layouts, self._configs = {}, {}
+        library()
 
     def __del__(self):
         lib = _lib
@@ -577,6 +612,7 @@ class SGD(_Halfstep):
     State per parameter: ``step`` and, with momentum, ``momentum_buffer``.""" + _COMMON_DOC
 
     _state_names = (("momentum_buffer", "momentum", lambda g: 0.0),)
+    _layout_keys = ("momentum",)
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
                  *, maximize=False, foreach=None, differentiable=False, fused=None,
@@ -587,9 +623,9 @@ class SGD(_Halfstep):
                          weights, states, rounding, seed, replica, threads)
 
     def _call(self, g, ctx, arr, n, what):
-        cfg = SgdConfig(float(g["lr"]), g["momentum"], g["dampening"], g["weight_decay"], bool(g["nesterov"]),
-                        bool(g["maximize"]))
-        _check(library().hs_sgd_step(ctypes.byref(cfg), ctx, arr, n, self._pool() if n else None), f"sgd {what}")
+        cfg = self._config(SgdConfig, (float(g["lr"]), g["momentum"], g["dampening"], g["weight_decay"],
+                                       bool(g["nesterov"]), bool(g["maximize"])))
+        _check(_lib.hs_sgd_step(cfg, ctx, arr, n, self._pool() if n else None), "sgd", what)
 
 
 class Adagrad(_Halfstep):
@@ -598,6 +634,7 @@ class Adagrad(_Halfstep):
     State per parameter: ``step`` and ``sum`` (starting at initial_accumulator_value).""" + _COMMON_DOC
 
     _state_names = (("sum", None, lambda g: g["initial_accumulator_value"]),)
+    _layout_keys = ("initial_accumulator_value",)
 
     def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0,
                  eps=1e-10, foreach=None, *, maximize=False, differentiable=False, fused=None,
@@ -608,10 +645,9 @@ class Adagrad(_Halfstep):
                          weights, states, rounding, seed, replica, threads)
 
     def _call(self, g, ctx, arr, n, what):
-        cfg = AdagradConfig(float(g["lr"]), g["lr_decay"], g["weight_decay"], g["eps"],
-                            g["initial_accumulator_value"], bool(g["maximize"]))
-        _check(library().hs_adagrad_step(ctypes.byref(cfg), ctx, arr, n, self._pool() if n else None),
-               f"adagrad {what}")
+        cfg = self._config(AdagradConfig, (float(g["lr"]), g["lr_decay"], g["weight_decay"], g["eps"],
+                                           g["initial_accumulator_value"], bool(g["maximize"])))
+        _check(_lib.hs_adagrad_step(cfg, ctx, arr, n, self._pool() if n else None), "adagrad", what)
 
 
 class Adam(_Halfstep):
@@ -623,6 +659,7 @@ class Adam(_Halfstep):
 
     _state_names = (("exp_avg", None, lambda g: 0.0), ("exp_avg_sq", None, lambda g: 0.0),
                     ("max_exp_avg_sq", "amsgrad", lambda g: 0.0))
+    _layout_keys = ("amsgrad",)
     _switches = ("foreach", "fused", "capturable", "differentiable")
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
@@ -637,10 +674,9 @@ class Adam(_Halfstep):
 
     def _call(self, g, ctx, arr, n, what):
         b1, b2 = g["betas"]
-        cfg = AdamConfig(float(g["lr"]), float(b1), float(b2), g["eps"], g["weight_decay"],
-                         bool(g["decoupled_weight_decay"]), bool(g["amsgrad"]), bool(g["maximize"]))
-        _check(library().hs_adam_step(ctypes.byref(cfg), ctx, arr, n, self._pool() if n else None),
-               f"adam {what}")
+        cfg = self._config(AdamConfig, (float(g["lr"]), float(b1), float(b2), g["eps"], g["weight_decay"],
+                                        bool(g["decoupled_weight_decay"]), bool(g["amsgrad"]), bool(g["maximize"])))
+        _check(_lib.hs_adam_step(cfg, ctx, arr, n, self._pool() if n else None), "adam", what)
 
 
 class AdamW(Adam):
@@ -687,7 +723,6 @@ class LAMB(_Halfstep):
         mtr = g["max_trust_ratio"]
         if mtr is not None and not mtr > 0:
             raise ValueError(f"halfstep.LAMB: max_trust_ratio must be None or > 0, not {mtr!r}")
-        cfg = LambConfig(float(g["lr"]), float(b1), float(b2), g["eps"], g["weight_decay"],
-                         0.0 if mtr is None else mtr)
-        _check(library().hs_lamb_step(ctypes.byref(cfg), ctx, arr, n, self._pool() if n else None,
-                                      self._workspace), f"lamb {what}")
+        cfg = self._config(LambConfig, (float(g["lr"]), float(b1), float(b2), g["eps"], g["weight_decay"],
+                                        0.0 if mtr is None else mtr))
+        _check(_lib.hs_lamb_step(cfg, ctx, arr, n, self._pool() if n else None, self._workspace), "lamb", what)

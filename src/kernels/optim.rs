@@ -915,10 +915,14 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     #[inline(always)]
     unsafe fn full_run(&mut self, off: isize, e: u64, end: u64) {
         unsafe {
-            match if L::W::GROUPED { V::STORE_GROUP } else { 1 } {
-                2 => self.full_run_grouped::<2>(off, e, end),
-                4 => self.full_run_grouped::<4>(off, e, end),
-                _ => self.full_run_chunks(off, e, end),
+            // Inline-const conditions: rustc instantiates only the branch taken, so each driver
+            // compiles one loop, not all three (the library's build spends its time on these).
+            if const { L::W::GROUPED && V::STORE_GROUP == 2 } {
+                self.full_run_grouped::<2>(off, e, end)
+            } else if const { L::W::GROUPED && V::STORE_GROUP == 4 } {
+                self.full_run_grouped::<4>(off, e, end)
+            } else {
+                self.full_run_chunks(off, e, end)
             }
         }
     }
@@ -985,9 +989,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     unsafe fn full_run_chunks(&mut self, mut off: isize, mut e: u64, end: u64) {
         unsafe {
             let l = V::LANES as u64;
-            if !V::OVERLAP_CHUNKS || end - e < 2 * l {
+            if const { !V::OVERLAP_CHUNKS } {
                 return full_run_plain::<V, Self>(self, off, e, end);
             }
+            // At least one full chunk (`run_chunks`); with exactly one, the loops below are empty
+            // and the last `finish` computes it.
             let last = end - l;
             let mut v = load_vals::<V, L, O>(&self.c, off);
             if self.prefetch {
