@@ -212,7 +212,7 @@ def _state_like(p, fill, dtype, name):
     Why: buffers a few cache lines apart modulo 1 MiB (consecutive heap allocations often are) made
     steps 2-3x slower on Sapphire Rapids, and two buffers at the same offset in a page can evict
     each other from AMD Zen's L1 (its "µtag"); 768 bytes apart modulo 4 KiB, neither happens
-    (docs/DESIGN.md, "Where the PyTorch package puts states"). `state_dict()` saves compact copies."""
+    (docs/DESIGN.md, "PyTorch package"). `state_dict()` saves compact copies."""
     n = p.numel()
     pad = _PAGE // torch.empty((), dtype=dtype).element_size()
     buf = torch.empty(n + pad, dtype=dtype)
