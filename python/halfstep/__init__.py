@@ -418,18 +418,9 @@ class _Halfstep(torch.optim.Optimizer):
                 if not g.is_contiguous():
                     g = g.contiguous()
                     keep.append(g)  # the descriptor holds only its address
-                st = self.state[p]
+                st = self._state_of(p, expected, stream)
                 n = p.numel()
-                for name, dtype, _ in expected:  # the states made on an earlier step still fit
-                    t = st.get(name)
-                    if t is None or t.dtype != dtype or t.numel() != n or not t.is_contiguous() or not t.is_cpu:
-                        st = self._state_of(p, expected, stream)
-                        break
-                step_t = st.get("step")
-                if step_t is None or step_t.dtype != torch.float32 or step_t.numel() != 1 or not step_t.is_cpu:
-                    st = self._state_of(p, expected, stream)
-                    step_t = st["step"]
-                counter = step_t.data_ptr()
+                counter = st["step"].data_ptr()
                 step = int(_F32.from_address(counter).value) + 1
                 if step >= _MAX_STEP:
                     raise ValueError(f"{self._name()}: {self._where(p, stream)} would take step {step}, past the "
