@@ -37,7 +37,7 @@ fn ctx() -> StepContext {
     StepContext::new(7, 3)
 }
 
-fn philox(b: Backend) -> Kernel {
+fn random_bits(b: Backend) -> Kernel {
     let e = engine(b);
     let mut out = vec![0u16; N];
     Box::new(move || {
@@ -281,9 +281,9 @@ fn e4m3_sr(b: Backend) -> Kernel {
 }
 
 #[library_benchmark]
-#[bench::philox_reference(args = (Backend::Reference), setup = philox)]
-#[bench::philox_portable(args = (Backend::Portable), setup = philox)]
-#[bench::philox_avx2(args = (Backend::Avx2), setup = philox)]
+#[bench::random_bits_reference(args = (Backend::Reference), setup = random_bits)]
+#[bench::random_bits_portable(args = (Backend::Portable), setup = random_bits)]
+#[bench::random_bits_avx2(args = (Backend::Avx2), setup = random_bits)]
 #[bench::bf16_sr_reference(args = (Backend::Reference), setup = bf16_sr)]
 #[bench::bf16_sr_portable(args = (Backend::Portable), setup = bf16_sr)]
 #[bench::bf16_sr_avx2(args = (Backend::Avx2), setup = bf16_sr)]

@@ -187,7 +187,7 @@ fn split_model(n: usize) -> (Vec<bf16>, Vec<u16>, Vec<bf16>) {
 fn benches(c: &mut Criterion) {
     let ctx = StepContext::new(7, 3);
 
-    group(c, "philox_bits", 0, 2, |n, base| {
+    group(c, "random_bits", 0, 2, |n, base| {
         let stream = TensorStream {
             id: 1,
             index_base: base,
@@ -457,5 +457,112 @@ fn quantizers(c: &mut Criterion) {
     });
 }
 
-criterion_group!(kernels, benches, quantizers);
+/// What stochastic rounding costs each optimizer: `sr_<optimizer>_<storage>`, f32 gradients, with
+/// everything f32 (`f32`), the states in bf16 with stochastic rounding (`bf16sr_states`), or the
+/// weights (`bf16sr_weights`). SGD with momentum, Adagrad, AdamW, LAMB.
+fn sr_costs(c: &mut Criterion) {
+    let ctx = StepContext::new(7, 3);
+    for opt in ["sgd", "adagrad", "adamw", "lamb"] {
+        let states = match opt {
+            "sgd" | "adagrad" => 1.0,
+            _ => 2.0,
+        };
+        for storage in ["f32", "bf16sr_states", "bf16sr_weights"] {
+            let (wb, sb) = match storage {
+                "f32" => (4.0, 4.0),
+                "bf16sr_states" => (4.0, 2.0),
+                _ => (2.0, 4.0),
+            };
+            // Read weights, gradients and states, write weights and states (LAMB reads the weights
+            // and states again in its second pass).
+            let passes = if opt == "lamb" { 2.0 } else { 1.0 };
+            let read = passes * (wb + states * sb) + 4.0;
+            let write = wb + states * sb;
+            group(c, &format!("sr_{opt}_{storage}"), read, write, |n, base| {
+                let stream = TensorStream {
+                    id: 1,
+                    index_base: base,
+                };
+                let (w, g) = (
+                    data(n),
+                    data(n).iter().map(|x| x * 0.01).collect::<Vec<f32>>(),
+                );
+                let (mut w32, mut w16) = (
+                    w.clone(),
+                    w.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>(),
+                );
+                let (mut a32, mut b32) = (vec![0.1f32; n], vec![0.1f32; n]);
+                let (mut a16, mut b16) =
+                    (vec![bf16::from_f32(0.1); n], vec![bf16::from_f32(0.1); n]);
+                let bf16_states = storage == "bf16sr_states";
+                let bf16_weights = storage == "bf16sr_weights";
+                Box::new(move |e: Engine| {
+                    let weights = if bf16_weights {
+                        Weights::Bf16(&mut w16, Rounding::Stochastic)
+                    } else {
+                        Weights::F32(&mut w32)
+                    };
+                    let (sa, sb) = if bf16_states {
+                        (
+                            State::Bf16(&mut a16, Rounding::Stochastic),
+                            State::Bf16(&mut b16, Rounding::Stochastic),
+                        )
+                    } else {
+                        (State::F32(&mut a32), State::F32(&mut b32))
+                    };
+                    let grads = Grads::F32(&g);
+                    match opt {
+                        "sgd" => {
+                            let cfg = SgdConfig {
+                                lr: 1e-3,
+                                momentum: 0.9,
+                                ..Default::default()
+                            };
+                            let mut t = SgdTensor {
+                                weights,
+                                grads,
+                                momentum: Some(sa),
+                                stream,
+                            };
+                            e.sgd_step(&cfg, &ctx, &mut t).unwrap()
+                        }
+                        "adagrad" => {
+                            let mut t = AdagradTensor {
+                                weights,
+                                grads,
+                                sum: sa,
+                                stream,
+                            };
+                            e.adagrad_step(&AdagradConfig::default(), &ctx, &mut t)
+                                .unwrap()
+                        }
+                        "adamw" => {
+                            let mut t = AdamTensor {
+                                weights,
+                                grads,
+                                exp_avg: sa,
+                                exp_avg_sq: sb,
+                                max_exp_avg_sq: None,
+                                stream,
+                            };
+                            e.adam_step(&AdamConfig::adamw(1e-3), &ctx, &mut t).unwrap()
+                        }
+                        _ => {
+                            let mut t = LambTensor {
+                                weights,
+                                grads,
+                                exp_avg: sa,
+                                exp_avg_sq: sb,
+                                stream,
+                            };
+                            e.lamb_step(&LambConfig::default(), &ctx, &mut t).unwrap()
+                        }
+                    }
+                })
+            });
+        }
+    }
+}
+
+criterion_group!(kernels, benches, quantizers, sr_costs);
 criterion_main!(kernels);

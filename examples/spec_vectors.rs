@@ -4,7 +4,7 @@
 //! `cargo run --release --example spec_vectors | python3 tools/spec_check.py`
 
 use halfstep::PhiloxRng;
-use halfstep::reference::philox::{BitsCoord, element_bits};
+use halfstep::reference::bits::{BitsCoord, element_bits};
 use halfstep::reference::round::{Mode, f32_to_bf16, f32_to_f16};
 use rand_core::{Rng, SeedableRng};
 use std::io::Write;

@@ -18,7 +18,7 @@ fn check_pair(src: usize, dst: usize, dst_name: &'static str) -> Result<()> {
 }
 
 /// The kernel signature shared by the two narrowing conversions.
-type NarrowKernel = fn(&[f32], &mut [u16], Rounding, &crate::reference::philox::BitsCoord, u64);
+type NarrowKernel = fn(&[f32], &mut [u16], Rounding, &crate::reference::bits::BitsCoord, u64);
 
 /// Validates, then runs a narrowing kernel into `dst` (the 16-bit patterns).
 fn narrow(

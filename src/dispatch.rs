@@ -12,7 +12,7 @@ use crate::optim::{
     SgdTensor,
 };
 use crate::quant::Fp8;
-use crate::reference::philox::BitsCoord;
+use crate::reference::bits::BitsCoord;
 use crate::reference::round::Rounding;
 use crate::rng::StepContext;
 use std::sync::OnceLock;
@@ -24,11 +24,12 @@ pub enum Backend {
     Reference,
     /// 8 lanes in plain arrays, for any target.
     Portable,
-    /// AVX2 + FMA + F16C (x86_64).
+    /// AVX2 + FMA + F16C + AES-NI (x86_64).
     Avx2,
-    /// AVX-512 F/BW/VL/DQ (x86_64).
+    /// AVX-512 F/BW/VL/DQ + VAES (x86_64: Ice Lake, Zen 4 and later; the earlier AVX-512 CPUs
+    /// run [`Backend::Avx2`]).
     Avx512,
-    /// NEON (aarch64).
+    /// NEON + the AES instructions of the crypto extension (aarch64).
     Neon,
 }
 
@@ -72,6 +73,7 @@ impl Backend {
                 std::is_x86_feature_detected!("avx2")
                     && std::is_x86_feature_detected!("fma")
                     && std::is_x86_feature_detected!("f16c")
+                    && std::is_x86_feature_detected!("aes")
             }
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512 => {
@@ -79,9 +81,14 @@ impl Backend {
                     && std::is_x86_feature_detected!("avx512bw")
                     && std::is_x86_feature_detected!("avx512vl")
                     && std::is_x86_feature_detected!("avx512dq")
+                    && std::is_x86_feature_detected!("vaes")
+                    && std::is_x86_feature_detected!("aes")
             }
             #[cfg(target_arch = "aarch64")]
-            Backend::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            Backend::Neon => {
+                std::arch::is_aarch64_feature_detected!("neon")
+                    && std::arch::is_aarch64_feature_detected!("aes")
+            }
             #[allow(unreachable_patterns)]
             _ => false,
         }
@@ -267,7 +274,7 @@ impl Engine {
 /// The reference as a kernel table.
 mod reference {
     use super::*;
-    use crate::reference::{philox, quant, round, split};
+    use crate::reference::{bits, quant, round, split};
 
     fn narrow(
         src: &[f32],
@@ -286,7 +293,7 @@ mod reference {
         fill_bits: |c, base, out| {
             out.iter_mut()
                 .enumerate()
-                .for_each(|(i, o)| *o = philox::element_bits(c, base + i as u64))
+                .for_each(|(i, o)| *o = bits::element_bits(c, base + i as u64))
         },
         f32_to_bf16: |s, d, r, c, b| narrow(s, d, r, c, b, round::f32_to_bf16),
         f32_to_f16: |s, d, r, c, b| narrow(s, d, r, c, b, round::f32_to_f16),
@@ -344,7 +351,7 @@ mod reference {
     /// Element `i`'s rounding mode (its random bits only when stochastic).
     fn mode(r: Rounding, c: &BitsCoord, base: u64, i: usize) -> round::Mode {
         let bits = if r == Rounding::Stochastic {
-            philox::element_bits(c, base + i as u64)
+            bits::element_bits(c, base + i as u64)
         } else {
             0
         };
@@ -360,17 +367,17 @@ macro_rules! simd_backend {
             use super::*;
             use crate::kernels;
 
-            // The portable backend calls its Philox fill out of line, the SIMD backends inline it
-            // (see `kernels::PhiloxFill`).
+            // The portable backend calls its random-bit fill out of line, the SIMD backends inline
+            // it (see `kernels::BitsFill`).
             $(#[target_feature(enable = $features)])?
             #[inline(never)]
-            unsafe fn philox_fill<const WORDS: bool>(
+            unsafe fn bits_fill<const WORDS: bool>(
                 bits: &mut kernels::GroupBits<$V, WORDS>,
                 group: u64,
             ) {
                 unsafe { bits.fill(group) }
             }
-            impl kernels::PhiloxFill for $V {
+            impl kernels::BitsFill for $V {
                 #[inline(always)]
                 unsafe fn fill_span<const WORDS: bool>(
                     bits: &mut kernels::GroupBits<$V, WORDS>,
@@ -379,7 +386,7 @@ macro_rules! simd_backend {
                     const OUT_OF_LINE: bool = true $(&& $features.is_empty())?;
                     unsafe {
                         if OUT_OF_LINE {
-                            philox_fill(bits, group)
+                            bits_fill(bits, group)
                         } else {
                             bits.fill(group)
                         }
@@ -499,15 +506,15 @@ macro_rules! simd_backend {
 
 simd_backend!(portable, crate::arch::portable::Portable);
 #[cfg(target_arch = "x86_64")]
-simd_backend!(avx2, crate::arch::x86_64::avx2::Avx2, "avx2,fma,f16c");
+simd_backend!(avx2, crate::arch::x86_64::avx2::Avx2, "avx2,fma,f16c,aes");
 #[cfg(target_arch = "x86_64")]
 simd_backend!(
     avx512,
     crate::arch::x86_64::avx512::Avx512,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"
+    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,aes,vaes"
 );
 #[cfg(target_arch = "aarch64")]
-simd_backend!(neon, crate::arch::aarch64::neon::Neon, "neon");
+simd_backend!(neon, crate::arch::aarch64::neon::Neon, "neon,aes");
 
 /// Checks of the private prefetch setting, run by `tests/internals.rs`.
 #[cfg(feature = "fuzzing")]

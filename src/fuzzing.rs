@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
     /// Element-indexed random bits.
-    PhiloxBits,
+    ElementBits,
     /// f32 <-> bf16 / f16 in every rounding mode, split and combine.
     Convert,
     /// SGD.
@@ -41,7 +41,7 @@ pub enum Target {
 
 /// Every target.
 pub const TARGETS: [Target; 8] = [
-    Target::PhiloxBits,
+    Target::ElementBits,
     Target::Convert,
     Target::Sgd,
     Target::Adagrad,
@@ -55,7 +55,7 @@ impl Target {
     /// The cargo-fuzz target and corpus directory name.
     pub fn name(self) -> &'static str {
         match self {
-            Target::PhiloxBits => "philox_bits",
+            Target::ElementBits => "element_bits",
             Target::Convert => "convert",
             Target::Sgd => "sgd",
             Target::Adagrad => "adagrad",
@@ -72,7 +72,7 @@ pub fn check(target: Target, data: &[u8]) -> Result<(), String> {
     let mut u = Unstructured::new(data);
     // Running out of bytes is not a failure: the decoders fall back to defaults.
     let r = match target {
-        Target::PhiloxBits => philox_bits(&mut u),
+        Target::ElementBits => element_bits(&mut u),
         Target::Convert => convert(&mut u),
         Target::Sgd => sgd(&mut u),
         Target::Adagrad => adagrad(&mut u),
@@ -254,7 +254,7 @@ fn compare<D: Clone, R: PartialEq + Debug>(
     Ok(())
 }
 
-fn philox_bits(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
+fn element_bits(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
     let c = case(u, 520)?;
     let purpose = [
         Purpose::Weights,
@@ -897,9 +897,10 @@ pub fn compare_group(
 /// They live here rather than in `#[cfg(test)]` modules so that `cargo test` compiles the library
 /// once, not a second time as its own test harness.
 pub mod internals {
-    /// The vector Philox's span caches, both layouts, against the reference on every backend.
-    pub fn philox_layouts() {
-        crate::kernels::checks::philox_layouts_match_the_reference_on_every_backend();
+    /// The vector ARS fill's span caches, as words and split into chunks, against the reference
+    /// on every backend.
+    pub fn random_bit_fill() {
+        crate::kernels::checks::fill_matches_the_reference_on_every_backend();
     }
 
     /// `HALFSTEP_PREFETCH` values, and `auto` on exactly for Intel CPUs.

@@ -2,7 +2,7 @@
 //!
 //! CPU kernels for low-precision training: fused optimizer steps (SGD, Adagrad, Adam/AdamW,
 //! LAMB) over f32, bf16 and Split-SGD (bf16 top + 16-bit trail) weights, with stochastic rounding
-//! driven by a counter-based RNG (Philox4x32-10), so the random bits are a pure function of
+//! driven by a counter-based RNG (ARS-5: AES rounds), so the random bits are a pure function of
 //! (seed, step, stream, element index).
 //!
 //! The [`reference`](mod@reference) module is the specification in code; `docs/SPEC.md` states it in words.

@@ -37,7 +37,7 @@ fn rng_coord(
     ctx: &StepContext,
     stream: &TensorStream,
     len: usize,
-) -> Result<crate::reference::philox::BitsCoord> {
+) -> Result<crate::reference::bits::BitsCoord> {
     stream.check(len)?;
     ctx.replica.slot()?;
     Ok(coord(ctx, stream, Purpose::Weights))

@@ -1,9 +1,10 @@
 //! Where random bits come from: the per-step context, replicas, tensor streams, and a sequential
 //! Philox generator for `rand_core` users. The bit layout itself is in SPEC.md §3 and
-//! [`crate::reference::philox`].
+//! [`crate::reference::bits`].
 
 use crate::error::{Error, Result};
-use crate::reference::philox::{self, BitsCoord, MAX_ELEMENT_INDEX};
+use crate::reference::bits::{BitsCoord, MAX_ELEMENT_INDEX};
+use crate::reference::philox;
 use rand_core::{Infallible, SeedableRng, TryRng};
 
 /// Whose bits an operation uses when several data-parallel replicas run the same step
@@ -51,7 +52,7 @@ pub const MAX_STREAM: u32 = (1 << 28) - 1;
 /// The optimizer-step part of the RNG coordinates, shared by every tensor of one step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StepContext {
-    /// The run's seed (the Philox key).
+    /// The run's seed (key words 0 and 1 of ARS-5, SPEC.md §3.2).
     pub seed: u64,
     /// The optimizer step, counting from 1.
     pub step: u32,

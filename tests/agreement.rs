@@ -113,7 +113,7 @@ fn to_bf16(xs: &[f32]) -> Vec<bf16> {
 fn cases() -> Vec<Case> {
     if cfg!(miri) {
         // Miri checks the raw-pointer staging and chunk code of the portable backend; a handful
-        // of lengths and offsets around the 8-lane chunks and the 128-element RNG groups suffice.
+        // of lengths and offsets around the 8-lane chunks and the 32-element RNG groups suffice.
         return [
             (0usize, 0usize, 0u64),
             (1, 3, 5),

@@ -604,12 +604,24 @@ fn bad_checkpoint() {
         Checkpoint::from_bytes(&good[..15]),
         Err(Error::BadCheckpoint)
     );
-    let mut wrong_version = good;
-    wrong_version[0] = 2;
     assert_eq!(
-        Checkpoint::from_bytes(&wrong_version),
-        Err(Error::BadCheckpoint)
+        good[0..4],
+        2u32.to_le_bytes(),
+        "blobs are written as version 2"
     );
+    // A version-1 blob (Philox4x32-10 bits) still resumes its seed and step count.
+    let mut v1 = good;
+    v1[0] = 1;
+    assert_eq!(Checkpoint::from_bytes(&v1), Checkpoint::from_bytes(&good));
+    for version in [0u32, 3, u32::MAX] {
+        let mut wrong_version = good;
+        wrong_version[0..4].copy_from_slice(&version.to_le_bytes());
+        assert_eq!(
+            Checkpoint::from_bytes(&wrong_version),
+            Err(Error::BadCheckpoint),
+            "version {version}"
+        );
+    }
 }
 
 #[test]

@@ -3,8 +3,8 @@
 use halfstep::fuzzing::internals;
 
 #[test]
-fn philox_layouts_match_the_reference_on_every_backend() {
-    internals::philox_layouts();
+fn random_bit_fill_matches_the_reference_on_every_backend() {
+    internals::random_bit_fill();
 }
 
 #[test]

@@ -24,7 +24,7 @@ pub(crate) const MAX_LANES: usize = 16;
 /// and subnormals, `fma` fused, integer ops mod 2^32. Comparisons produce a mask `M`; `select(m, a, b)`
 /// takes `a` where `m` is set.
 #[allow(clippy::missing_safety_doc)]
-pub(crate) trait Simd: Copy + 'static + crate::kernels::PhiloxFill {
+pub(crate) trait Simd: Copy + 'static + crate::kernels::BitsFill {
     /// Lanes per vector (4, 8 or 16).
     const LANES: usize;
     /// `LANES` x f32.
@@ -110,47 +110,23 @@ pub(crate) trait Simd: Copy + 'static + crate::kernels::PhiloxFill {
     unsafe fn clear_u(m: Self::M, a: Self::U) -> Self::U {
         unsafe { Self::select_u(m, Self::splat_u(0), a) }
     }
-    /// The full 64-bit products `a * b` per lane, as (high 32 bits, low 32 bits).
-    unsafe fn mul_hi_lo(a: Self::U, b: Self::U) -> (Self::U, Self::U);
-
-    // ---- Philox in the even lanes (`kernels::GroupBits`)
-    /// Whether Philox runs one block per even lane (with [`Self::mul_hi_lo_even`] and
-    /// [`Self::pack_even`]) instead of one per lane (with [`Self::mul_hi_lo`]). Worth it where the
-    /// widening multiply reads only the even lanes (x86's `vpmuludq`): `mul_hi_lo` then spends a
-    /// second multiply and four shuffles to serve the odd lanes, which the even layout never needs.
-    const PHILOX_EVEN_LANES: bool = false;
-    /// Counter vectors whose Philox rounds run interleaved (`kernels::GroupBits`). A round's
-    /// multiply, shift and XOR form a dependency chain, so one vector at a time waits on the
-    /// multiply's latency; each vector in flight holds four registers of state, so the register
-    /// file bounds the count. Measured: AVX-512 4, AVX2 2 (AVX-512 at 6 and AVX2 at 4 ran slower:
-    /// their state then fills the register file).
-    const PHILOX_CHAINS: usize = 1;
-    /// Whether the first group of a Philox fill passes through `core::hint::black_box`, so that
-    /// LLVM cannot move the fill's first rounds (which depend only on that group) out of the
-    /// fill, which runs once per span, into every chunk ahead of the test for it. It did so on
-    /// AVX2: about 60 instructions per 32 elements of `philox_bits`, 18% of its instructions
-    /// (callgrind). The AVX-512 build's loop tests the span first and fills only in the branch
-    /// (disassembly), so it has nothing to undo and the barrier stays off there (docs/DESIGN.md).
-    const PHILOX_FILL_OPAQUE: bool = false;
-    /// In each even lane `2j`: the (high, low) 32 bits of `a[2j] * b[2j]`. Odd lanes: anything.
-    #[inline(always)]
-    unsafe fn mul_hi_lo_even(a: Self::U, b: Self::U) -> (Self::U, Self::U) {
-        unsafe { Self::mul_hi_lo(a, b) }
-    }
-    /// Lanes `0 .. LANES/2` from the even lanes of `a`, in order, then those of `b`.
-    #[inline(always)]
-    unsafe fn pack_even(a: Self::U, b: Self::U) -> Self::U {
-        unsafe {
-            let mut buf = [0u32; 2 * MAX_LANES];
-            let p = buf.as_mut_ptr();
-            Self::store(p.cast(), Self::from_bits(a));
-            Self::store(p.add(Self::LANES).cast(), Self::from_bits(b));
-            for l in 0..Self::LANES {
-                *p.add(l) = *p.add(2 * l);
-            }
-            Self::to_bits(Self::load(p.cast()))
-        }
-    }
+    // ---- AES rounds (the ARS generator, `kernels::GroupBits`)
+    /// One AES encryption round on each 128-bit block of `a` (lanes `4i .. 4i + 4` are block `i`,
+    /// lane `4i` holding its bytes 0-3): ShiftRows, SubBytes, MixColumns, then XOR with
+    /// `round_key`'s block, as x86's `AESENC` ([`crate::reference::ars::aes_enc`]).
+    unsafe fn aes_enc(a: Self::U, round_key: Self::U) -> Self::U;
+    /// The last round, without MixColumns, as x86's `AESENCLAST`.
+    unsafe fn aes_enc_last(a: Self::U, round_key: Self::U) -> Self::U;
+    /// Counter vectors whose ARS rounds run interleaved (`kernels::GroupBits`), a multiple of the
+    /// `16 / LANES` vectors of one 32-element group: a round is one instruction whose latency
+    /// (3-4 cycles) is several times its issue interval, so one vector at a time would leave the
+    /// AES unit idle; each vector in flight holds one register.
+    const RNG_VECTORS: usize = 2;
+    /// Whether the first group of a fill passes through `core::hint::black_box`, so that LLVM
+    /// cannot move the fill (which depends only on that group and runs once per span) into every
+    /// chunk ahead of the test for it. It did so on AVX2 with the Philox generator (18% of the
+    /// instructions of the bulk fill, callgrind).
+    const RNG_FILL_OPAQUE: bool = false;
     unsafe fn to_bits(a: Self::F) -> Self::U;
     unsafe fn from_bits(a: Self::U) -> Self::F;
     /// u32 -> f32 for lanes below 2^24 (exact).

@@ -23,6 +23,43 @@ fn zip_u(a: [u32; L], b: [u32; L], f: impl Fn(u32, u32) -> u32) -> [u32; L] {
     core::array::from_fn(|i| f(a[i], b[i]))
 }
 
+/// The AES round as table lookups (FIPS-197 §5.2.1's "T-tables"): `TE[s]` is column
+/// `(2, 1, 1, 3) · SBOX[s]` (rows 0-3 in bytes 0-3), the contribution of a byte from row 0; the
+/// byte from row `r` contributes `TE[s]` rotated left by `8r` bits. 16 lookups per block and round
+/// instead of [`crate::reference::ars`]'s byte-wise MixColumns.
+const TE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let s = crate::reference::ars::SBOX[i];
+        let s2 = crate::reference::ars::gf_mul(s, 2);
+        let s3 = s2 ^ s;
+        t[i] = u32::from_le_bytes([s2, s, s, s3]);
+        i += 1;
+    }
+    t
+};
+
+/// One AES round on each 4-lane block: with `MIX`, `AESENC`, else `AESENCLAST`.
+#[inline(always)]
+fn aes_round<const MIX: bool>(a: [u32; L], k: [u32; L]) -> [u32; L] {
+    let sbox = &crate::reference::ars::SBOX;
+    core::array::from_fn(|i| {
+        // Column `c` of the block takes row `r` from column `c + r` (ShiftRows).
+        let (b, c) = (i / 4 * 4, i % 4);
+        let byte = |r: usize| (a[b + (c + r) % 4] >> (8 * r)) as u8 as usize;
+        let col = if MIX {
+            TE[byte(0)]
+                ^ TE[byte(1)].rotate_left(8)
+                ^ TE[byte(2)].rotate_left(16)
+                ^ TE[byte(3)].rotate_left(24)
+        } else {
+            u32::from_le_bytes([sbox[byte(0)], sbox[byte(1)], sbox[byte(2)], sbox[byte(3)]])
+        };
+        col ^ k[i]
+    })
+}
+
 impl Simd for Portable {
     const LANES: usize = L;
     type F = [f32; L];
@@ -157,10 +194,14 @@ impl Simd for Portable {
         core::array::from_fn(|i| if m[i] { a[i] } else { b[i] })
     }
     #[inline(always)]
-    unsafe fn mul_hi_lo(a: [u32; L], b: [u32; L]) -> ([u32; L], [u32; L]) {
-        let p: [u64; L] = core::array::from_fn(|i| u64::from(a[i]) * u64::from(b[i]));
-        (p.map(|x| (x >> 32) as u32), p.map(|x| x as u32))
+    unsafe fn aes_enc(a: [u32; L], round_key: [u32; L]) -> [u32; L] {
+        aes_round::<true>(a, round_key)
     }
+    #[inline(always)]
+    unsafe fn aes_enc_last(a: [u32; L], round_key: [u32; L]) -> [u32; L] {
+        aes_round::<false>(a, round_key)
+    }
+    const RNG_VECTORS: usize = 2;
     #[inline(always)]
     unsafe fn to_bits(a: [f32; L]) -> [u32; L] {
         a.map(f32::to_bits)

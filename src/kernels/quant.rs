@@ -13,7 +13,7 @@ use super::round::{Small, from_small, to_small};
 use super::{Chunk, ChunkBody, GroupBits, run_chunks, run_conversion, stage_in, stage_out};
 use crate::arch::{MAX_LANES, Simd};
 use crate::quant::Fp8;
-use crate::reference::philox::BitsCoord;
+use crate::reference::bits::BitsCoord;
 use crate::reference::quant::{self as q, E2M1, E4M3, E5M2};
 use crate::reference::round::Rounding;
 

@@ -1,7 +1,7 @@
 //! Reference Adagrad (SPEC.md §6.3).
 
 use crate::optim::{AdagradConsts, AdagradTensor};
-use crate::reference::philox::element_bits;
+use crate::reference::bits::element_bits;
 use crate::rng::{Purpose, StepContext, coord};
 
 /// The update of one element: new weight and new sum.

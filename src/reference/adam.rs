@@ -1,7 +1,7 @@
 //! Reference Adam / AdamW (SPEC.md §6.4).
 
 use crate::optim::{AdamConsts, AdamTensor};
-use crate::reference::philox::element_bits;
+use crate::reference::bits::element_bits;
 use crate::rng::{Purpose, StepContext, coord};
 
 /// The first- and second-moment updates shared by Adam and LAMB: `(m', v')`.

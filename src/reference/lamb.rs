@@ -5,8 +5,8 @@
 
 use crate::optim::{LambConsts, LambTensor};
 use crate::reference::adam::moments;
+use crate::reference::bits::element_bits;
 use crate::reference::norm::{NORM_BLOCK, SumSquares};
-use crate::reference::philox::element_bits;
 use crate::rng::{Purpose, StepContext, coord};
 
 /// The update direction `u` for one element from the weight and the stored moments.

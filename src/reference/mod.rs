@@ -2,7 +2,8 @@
 //! at a time, no SIMD and no cleverness. Every backend is tested bit for bit against it, and
 //! `docs/SPEC.md` states the same rules in words.
 //!
-//! - [`philox`]: Philox4x32-10 and the element -> random-bits layout.
+//! - [`ars`]: the ARS-5 generator (AES rounds) and [`bits`], the element -> random-bits layout.
+//! - [`philox`]: Philox4x32-10, for the sequential generator.
 //! - [`round`]: f32 -> bf16 / f16 (nearest-even, stochastic, toward zero) and back.
 //! - [`split`]: the Split-SGD top/trail layout.
 //! - [`quant`]: fp8 (E4M3, E5M2), fp4 (E2M1), E8M0 scales, NVFP4 and MXFP4 blocks.
@@ -12,6 +13,8 @@
 
 pub mod adagrad;
 pub mod adam;
+pub mod ars;
+pub mod bits;
 pub mod lamb;
 pub mod norm;
 pub mod philox;

@@ -1,7 +1,7 @@
 //! Reference SGD (SPEC.md §6.2).
 
 use crate::optim::{SgdConsts, SgdTensor};
-use crate::reference::philox::element_bits;
+use crate::reference::bits::element_bits;
 use crate::rng::{Purpose, StepContext, coord};
 
 /// The update of one element: new weight and new momentum (when momentum is used).

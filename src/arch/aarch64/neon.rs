@@ -155,15 +155,27 @@ impl Simd for Neon {
     unsafe fn select_u(m: uint32x4_t, a: uint32x4_t, b: uint32x4_t) -> uint32x4_t {
         unsafe { vbslq_u32(m, a, b) }
     }
+    // stdarch marks the AES intrinsics `inline(always)` with target feature `aes`, which this
+    // method lacks; it is inlined only into the backend's entry points, which enable it.
+    #[allow(inline_always_mismatching_target_features)]
     #[inline(always)]
-    unsafe fn mul_hi_lo(a: uint32x4_t, b: uint32x4_t) -> (uint32x4_t, uint32x4_t) {
+    unsafe fn aes_enc(a: uint32x4_t, round_key: uint32x4_t) -> uint32x4_t {
+        // `AESE` XORs its key first, then SubBytes and ShiftRows: with a zero key, followed by
+        // `AESMC` (MixColumns) and the XOR, it is x86's `AESENC`.
         unsafe {
-            let p01 = vreinterpretq_u32_u64(vmull_u32(vget_low_u32(a), vget_low_u32(b)));
-            let p23 = vreinterpretq_u32_u64(vmull_high_u32(a, b));
-            // Little-endian: each 64-bit product is (low word, high word).
-            (vuzp2q_u32(p01, p23), vuzp1q_u32(p01, p23))
+            let s = vaesmcq_u8(vaeseq_u8(vreinterpretq_u8_u32(a), vdupq_n_u8(0)));
+            veorq_u32(vreinterpretq_u32_u8(s), round_key)
         }
     }
+    #[allow(inline_always_mismatching_target_features)]
+    #[inline(always)]
+    unsafe fn aes_enc_last(a: uint32x4_t, round_key: uint32x4_t) -> uint32x4_t {
+        unsafe {
+            let s = vaeseq_u8(vreinterpretq_u8_u32(a), vdupq_n_u8(0));
+            veorq_u32(vreinterpretq_u32_u8(s), round_key)
+        }
+    }
+    const RNG_VECTORS: usize = 8;
     #[inline(always)]
     unsafe fn to_bits(a: float32x4_t) -> uint32x4_t {
         unsafe { vreinterpretq_u32_f32(a) }

@@ -147,15 +147,14 @@ impl Simd for Avx512 {
         unsafe { _mm512_mask_blend_epi32(m, b, a) }
     }
     #[inline(always)]
-    unsafe fn mul_hi_lo(a: __m512i, b: __m512i) -> (__m512i, __m512i) {
-        unsafe {
-            let even = _mm512_mul_epu32(a, b);
-            let odd = _mm512_mul_epu32(_mm512_srli_epi64::<32>(a), _mm512_srli_epi64::<32>(b));
-            let hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64::<32>(even), odd);
-            let lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
-            (hi, lo)
-        }
+    unsafe fn aes_enc(a: __m512i, round_key: __m512i) -> __m512i {
+        unsafe { _mm512_aesenc_epi128(a, round_key) }
     }
+    #[inline(always)]
+    unsafe fn aes_enc_last(a: __m512i, round_key: __m512i) -> __m512i {
+        unsafe { _mm512_aesenclast_epi128(a, round_key) }
+    }
+    const RNG_VECTORS: usize = 8;
     const HAS_PREFETCH: bool = true;
     const OVERLAP_CHUNKS: bool = true;
     const STORE_GROUP: usize = 2;
@@ -177,22 +176,6 @@ impl Simd for Avx512 {
         }
     }
     const CHEAP_SELECT: bool = true;
-    const PHILOX_EVEN_LANES: bool = true;
-    const PHILOX_CHAINS: usize = 4;
-    #[inline(always)]
-    unsafe fn mul_hi_lo_even(a: __m512i, b: __m512i) -> (__m512i, __m512i) {
-        unsafe {
-            let p = _mm512_mul_epu32(a, b);
-            (_mm512_srli_epi64::<32>(p), p)
-        }
-    }
-    #[inline(always)]
-    unsafe fn pack_even(a: __m512i, b: __m512i) -> __m512i {
-        unsafe {
-            let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            _mm512_permutex2var_epi32(a, even, b)
-        }
-    }
     #[inline(always)]
     unsafe fn to_bits(a: __m512) -> __m512i {
         unsafe { _mm512_castps_si512(a) }

@@ -3,7 +3,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(mismatch) = halfstep::fuzzing::check(halfstep::fuzzing::Target::PhiloxBits, data) {
+    if let Err(mismatch) = halfstep::fuzzing::check(halfstep::fuzzing::Target::ElementBits, data) {
         panic!("{mismatch}");
     }
 });

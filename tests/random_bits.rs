@@ -1,14 +1,55 @@
-//! Philox4x32 against Random123's known answers, the rand_core generator through its traits, and
-//! the element-indexed layout's invariances.
+//! The generators against Random123's known answers (ARS for element bits, Philox4x32 for the
+//! sequential generator), the rand_core generator through its traits, and the element-indexed
+//! layout's invariances.
 
 mod common;
 use common::{data_rows, hex};
-use halfstep::reference::philox::{self, BitsCoord, element_bits, philox4x32_r};
+use halfstep::reference::ars::{aes128_encrypt, ars4x32_5, ars4x32_r};
+use halfstep::reference::bits::{BitsCoord, element_bits, element_position};
+use halfstep::reference::philox::{self, philox4x32_r};
 use halfstep::rng::{Purpose, fill_element_bits};
 use halfstep::{PhiloxRng, Replica, StepContext, TensorStream};
 use rand_core::{Rng, SeedableRng};
 
 const KAT: &str = include_str!("data/philox4x32_kat.txt");
+const ARS_KAT: &str = include_str!("data/ars4x32_kat.txt");
+
+#[test]
+fn every_random123_ars4x32_and_aesni4x32_kat_line_matches() {
+    let rows = data_rows(ARS_KAT, ' ');
+    assert_eq!(rows.len(), 7, "expected 4 aesni4x32 and 3 ars4x32 lines");
+    for row in rows {
+        let rounds: u32 = row[1].parse().unwrap();
+        let w: Vec<u32> = row[2..].iter().map(|s| hex(s)).collect();
+        let (ctr, key) = ([w[0], w[1], w[2], w[3]], [w[4], w[5], w[6], w[7]]);
+        let out = match row[0].as_str() {
+            "aesni4x32" => aes128_encrypt(ctr, key),
+            "ars4x32" => ars4x32_r(ctr, key, rounds),
+            other => panic!("unexpected generator {other}"),
+        };
+        assert_eq!(out, [w[8], w[9], w[10], w[11]], "KAT line {row:?}");
+    }
+}
+
+#[test]
+fn ars5_is_the_ars_round_function_with_five_rounds() {
+    let (ctr, key) = ([1, 2, 3, 4], [5, 6, 7, 8]);
+    assert_eq!(ars4x32_5(ctr, key), ars4x32_r(ctr, key, 5));
+    assert_ne!(ars4x32_5(ctr, key), ars4x32_r(ctr, key, 4));
+}
+
+#[test]
+fn element_position_covers_a_group_once() {
+    // The 32 elements of group 3 use 4 blocks x 4 words x 2 halves, each exactly once.
+    let mut seen = [[[false; 2]; 4]; 4];
+    for e in 3 * 32..4 * 32 {
+        let (block, word, half) = element_position(e);
+        assert!((12..16).contains(&block));
+        let slot = &mut seen[(block - 12) as usize][word][half as usize];
+        assert!(!*slot, "element {e} reuses a slot");
+        *slot = true;
+    }
+}
 
 #[test]
 fn every_random123_philox4x32_kat_line_matches() {
@@ -103,6 +144,9 @@ fn element_bits_follow_the_spec_layout() {
         1,
         15,
         16,
+        31,
+        32,
+        33,
         127,
         128,
         129,
@@ -110,12 +154,12 @@ fn element_bits_follow_the_spec_layout() {
         (1 << 40) + 77,
         (1 << 51) - 1,
     ] {
-        let j = e & 15;
-        let k = (e >> 4) & 7;
-        let block = (e >> 7) * 16 + j;
+        let i = e & 31;
+        let w = i & 15;
+        let block = (e >> 5) * 4 + (w >> 2);
         let ctr = [block as u32, (block >> 32) as u32 | 3 << 16, 9, 5 << 4 | 2];
-        let out = philox4x32_r(ctr, [0x89AB_CDEF, 0x0123_4567], 10);
-        let want = (out[(k >> 1) as usize] >> (16 * (k & 1))) as u16;
+        let out = ars4x32_r(ctr, [0x89AB_CDEF, 0x0123_4567, 0, 0], 5);
+        let want = (out[(w & 3) as usize] >> (16 * (i >> 4))) as u16;
         assert_eq!(element_bits(&c, e), want, "element {e}");
     }
 }
@@ -184,7 +228,7 @@ fn every_coordinate_changes_the_bits() {
 
 #[test]
 fn element_bits_are_uniform_enough() {
-    // A smoke test of the layout (Philox itself is vetted by TestU01 upstream): each of the
+    // A smoke test of the layout (ARS-5 itself is vetted by TestU01 upstream): each of the
     // 16 bit positions is set about half the time over 2^16 elements.
     let mut out = vec![0u16; 1 << 16];
     fill_element_bits(
