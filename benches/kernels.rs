@@ -457,9 +457,10 @@ fn quantizers(c: &mut Criterion) {
     });
 }
 
-/// What stochastic rounding costs each optimizer: `sr_<optimizer>_<storage>`, f32 gradients, with
-/// everything f32 (`f32`), the states in bf16 with stochastic rounding (`bf16sr_states`), or the
-/// weights (`bf16sr_weights`). SGD with momentum, Adagrad, AdamW, LAMB.
+/// What stochastic rounding costs each optimizer: `sr_<optimizer>_<storage>`, bf16 gradients,
+/// with IPEX's split weights and f32 states (`split`, the exact-f32 baseline), split weights and
+/// bf16 states rounded stochastically (`split_bf16sr_states`), or bf16 weights rounded
+/// stochastically and f32 states (`bf16sr_weights`). SGD with momentum, Adagrad, AdamW, LAMB.
 fn sr_costs(c: &mut Criterion) {
     let ctx = StepContext::new(7, 3);
     for opt in ["sgd", "adagrad", "adamw", "lamb"] {
@@ -467,40 +468,37 @@ fn sr_costs(c: &mut Criterion) {
             "sgd" | "adagrad" => 1.0,
             _ => 2.0,
         };
-        for storage in ["f32", "bf16sr_states", "bf16sr_weights"] {
+        for storage in ["split", "split_bf16sr_states", "bf16sr_weights"] {
             let (wb, sb) = match storage {
-                "f32" => (4.0, 4.0),
-                "bf16sr_states" => (4.0, 2.0),
+                "split" => (4.0, 4.0),
+                "split_bf16sr_states" => (4.0, 2.0),
                 _ => (2.0, 4.0),
             };
             // Read weights, gradients and states, write weights and states (LAMB reads the weights
             // and states again in its second pass).
             let passes = if opt == "lamb" { 2.0 } else { 1.0 };
-            let read = passes * (wb + states * sb) + 4.0;
+            let read = passes * (wb + states * sb) + 2.0;
             let write = wb + states * sb;
             group(c, &format!("sr_{opt}_{storage}"), read, write, |n, base| {
                 let stream = TensorStream {
                     id: 1,
                     index_base: base,
                 };
-                let (w, g) = (
-                    data(n),
-                    data(n).iter().map(|x| x * 0.01).collect::<Vec<f32>>(),
-                );
-                let (mut w32, mut w16) = (
-                    w.clone(),
-                    w.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>(),
-                );
+                let (mut top, mut trail, g) = split_model(n);
+                let mut w16 = top.clone();
                 let (mut a32, mut b32) = (vec![0.1f32; n], vec![0.1f32; n]);
                 let (mut a16, mut b16) =
                     (vec![bf16::from_f32(0.1); n], vec![bf16::from_f32(0.1); n]);
-                let bf16_states = storage == "bf16sr_states";
+                let bf16_states = storage == "split_bf16sr_states";
                 let bf16_weights = storage == "bf16sr_weights";
                 Box::new(move |e: Engine| {
                     let weights = if bf16_weights {
                         Weights::Bf16(&mut w16, Rounding::Stochastic)
                     } else {
-                        Weights::F32(&mut w32)
+                        Weights::Split {
+                            top: &mut top,
+                            trail: &mut trail,
+                        }
                     };
                     let (sa, sb) = if bf16_states {
                         (
@@ -510,7 +508,7 @@ fn sr_costs(c: &mut Criterion) {
                     } else {
                         (State::F32(&mut a32), State::F32(&mut b32))
                     };
-                    let grads = Grads::F32(&g);
+                    let grads = Grads::Bf16(&g);
                     match opt {
                         "sgd" => {
                             let cfg = SgdConfig {

@@ -5,7 +5,7 @@ parameter), and halfstep's equivalent step timed right after it by examples/step
 same schedule. Prints a markdown table with the ratio peer / halfstep (> 1: halfstep is faster).
 
 Needs torch; the IPEX rows also need IPEX (`bash ../shared/bench/setup-peers.sh`: torch 2.8 + IPEX
-2.8). Without IPEX only the PyTorch rows run (the `device` hosts have torch but no IPEX).
+2.8). Without IPEX only the PyTorch rows run (the 16-core Xeon host has torch but no IPEX).
   cargo build --release --example step_timer
   ~/.cache/halfstep-peers/bin/python tools/peers_side_by_side.py --threads 1 2 --sizes 65536 1048576 67108864 --runs 3
 With `--json FILE` the rows are also written to FILE for tools/bench_report.py (peer columns and plot marks).

@@ -470,6 +470,13 @@ class _Halfstep(torch.optim.Optimizer):
     # LAMB's C kernel has no maximize: the package steps a negated copy of the gradient.
     _negate_for_maximize = False
 
+    @property
+    def steps_taken(self):
+        """The most steps any parameter has taken; 0 before the first. Each parameter's own count
+        is ``state[p]["step"]``, as in torch.optim (a parameter without a gradient in a step is not
+        stepped)."""
+        return max((int(s["step"].item()) for s in self.state.values() if "step" in s), default=0)
+
     def _explain_overlap(self):
         """Raises ValueError naming two buffers of this step that share memory."""
         labelled, index = [], 0

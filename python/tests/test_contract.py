@@ -219,6 +219,7 @@ class PerParameterStep(unittest.TestCase):
                 if cls is ours:
                     steps = [int(opt.state[p]["step"]) for p in (a, late, added) if p in opt.state]
                     self.assertEqual(steps, [12, 7, 5] if can_add else [12, 7])
+                    self.assertEqual(opt.steps_taken, 12)
             for theirs, mine in zip(*results):
                 torch.testing.assert_close(mine, theirs, atol=ATOL, rtol=0, msg=ours.__name__)
 

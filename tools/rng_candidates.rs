@@ -1,0 +1,184 @@
+//! The random-bit generators that were candidates for element bits, timed side by side in one
+//! process (docs/DESIGN.md, "Random bits: ARS-5"): Philox4x32-10 and -7 (AVX2 with one block per
+//! even lane, as halfstep ran it, and AVX-512), ARS-5 and ARS-7 with 128-bit AES-NI, and ARS-5 with
+//! VAES on 256 and 512 bits. Each fills 16K 16-bit values (in L1) 200 times, eight independent
+//! blocks or vectors in flight; median of 15. The bit layouts differ from SPEC.md's: only the cost
+//! of the rounds is measured.
+//!
+//! `rustc -O --edition 2024 tools/rng_candidates.rs -o target/rng_candidates && target/rng_candidates`
+#![allow(unsafe_op_in_unsafe_fn)]
+use std::arch::x86_64::*;
+use std::time::Instant;
+
+const N: usize = 1 << 14;
+
+#[target_feature(enable = "avx2")]
+unsafe fn philox_avx2<const R: usize>(out: &mut [u16], seed: u64) {
+    // 2 chains x 4 blocks in even lanes of ymm (as the library's AVX2 layout), 8 words -> 16 u16 per vector
+    let m0 = _mm256_set1_epi64x(0xD2511F53);
+    let m1 = _mm256_set1_epi64x(0xCD9E8D57);
+    let lo32 = _mm256_set1_epi64x(0xFFFF_FFFF);
+    let mut keys = [[_mm256_setzero_si256(); 2]; 10];
+    let (mut k0, mut k1) = (seed as u32, (seed >> 32) as u32);
+    for r in 0..R { keys[r] = [_mm256_set1_epi64x(k0 as i64), _mm256_set1_epi64x(k1 as i64)]; k0 = k0.wrapping_add(0x9E3779B9); k1 = k1.wrapping_add(0xBB67AE85); }
+    let p = out.as_mut_ptr() as *mut __m256i;
+    let mut blk = 0i64;
+    for v in 0..(out.len() / 32) {
+        let mut c = [[_mm256_setzero_si256(); 4]; 2];
+        for ch in 0..2 {
+            c[ch][0] = _mm256_add_epi64(_mm256_set1_epi64x(blk), _mm256_set_epi64x(3, 2, 1, 0));
+            c[ch][1] = _mm256_set1_epi64x(7); c[ch][2] = _mm256_set1_epi64x(11); c[ch][3] = _mm256_set1_epi64x(13);
+            blk += 4;
+        }
+        for r in 0..R {
+            for ch in 0..2 {
+                let x = c[ch];
+                let p0 = _mm256_mul_epu32(x[0], m0);
+                let p1 = _mm256_mul_epu32(x[2], m1);
+                c[ch] = [
+                    _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), x[1]), keys[r][0]),
+                    _mm256_and_si256(p1, lo32),
+                    _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), x[3]), keys[r][1]),
+                    _mm256_and_si256(p0, lo32),
+                ];
+            }
+        }
+        // pack even lanes of 2 chains x 4 words -> 4 vectors of 8 words = 64 u16? store 2 ymm (32 u16)
+        let a = _mm256_or_si256(c[0][0], _mm256_slli_epi64(c[0][1], 32));
+        let b = _mm256_or_si256(c[0][2], _mm256_slli_epi64(c[0][3], 32));
+        let d = _mm256_or_si256(c[1][0], _mm256_slli_epi64(c[1][1], 32));
+        let e = _mm256_or_si256(c[1][2], _mm256_slli_epi64(c[1][3], 32));
+        // 8 blocks x 4 words = 32 words = 64 u16: store 4 ymm
+        _mm256_storeu_si256(p.add(4 * v % (out.len() / 16)), a);
+        _mm256_storeu_si256(p.add((4 * v + 1) % (out.len() / 16)), b);
+        _mm256_storeu_si256(p.add((4 * v + 2) % (out.len() / 16)), d);
+        _mm256_storeu_si256(p.add((4 * v + 3) % (out.len() / 16)), e);
+        if 4 * v + 4 >= out.len() / 16 { break; }
+    }
+}
+
+#[target_feature(enable = "avx2,aes")]
+unsafe fn ars_aesni<const R: usize>(out: &mut [u16], seed: u64) {
+    let weyl = _mm_set_epi64x(0xBB67AE8584CAA73Bu64 as i64, 0x9E3779B97F4A7C15u64 as i64);
+    let mut rk = [_mm_setzero_si128(); 11];
+    rk[0] = _mm_set_epi64x(0, seed as i64);
+    for i in 1..=R { rk[i] = _mm_add_epi64(rk[i - 1], weyl); }
+    let p = out.as_mut_ptr() as *mut __m128i;
+    let base = _mm_set_epi32(13, 11, 7, 0);
+    const W: usize = 8;
+    for v in (0..out.len() / 8).step_by(W) {
+        let mut x = [_mm_setzero_si128(); W];
+        for i in 0..W { x[i] = _mm_xor_si128(_mm_add_epi32(base, _mm_cvtsi32_si128((v + i) as i32)), rk[0]); }
+        for r in 1..R { for i in 0..W { x[i] = _mm_aesenc_si128(x[i], rk[r]); } }
+        for i in 0..W { x[i] = _mm_aesenclast_si128(x[i], rk[R]); _mm_storeu_si128(p.add(v + i), x[i]); }
+    }
+}
+
+#[target_feature(enable = "avx2,aes,vaes")]
+unsafe fn ars_vaes256<const R: usize>(out: &mut [u16], seed: u64) {
+    let weyl = _mm_set_epi64x(0xBB67AE8584CAA73Bu64 as i64, 0x9E3779B97F4A7C15u64 as i64);
+    let mut rk = [_mm256_setzero_si256(); 11];
+    let mut k = _mm_set_epi64x(0, seed as i64);
+    rk[0] = _mm256_broadcastsi128_si256(k);
+    for i in 1..=R { k = _mm_add_epi64(k, weyl); rk[i] = _mm256_broadcastsi128_si256(k); }
+    let p = out.as_mut_ptr() as *mut __m256i;
+    let base = _mm256_set_epi32(13, 11, 7, 1, 13, 11, 7, 0);
+    const W: usize = 8;
+    for v in (0..out.len() / 16).step_by(W) {
+        let mut x = [_mm256_setzero_si256(); W];
+        for i in 0..W { x[i] = _mm256_xor_si256(_mm256_add_epi32(base, _mm256_set1_epi32(2 * (v + i) as i32)), rk[0]); }
+        for r in 1..R { for i in 0..W { x[i] = _mm256_aesenc_epi128(x[i], rk[r]); } }
+        for i in 0..W { x[i] = _mm256_aesenclast_epi128(x[i], rk[R]); _mm256_storeu_si256(p.add(v + i), x[i]); }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,aes,vaes")]
+unsafe fn ars_vaes512<const R: usize>(out: &mut [u16], seed: u64) {
+    let weyl = _mm_set_epi64x(0xBB67AE8584CAA73Bu64 as i64, 0x9E3779B97F4A7C15u64 as i64);
+    let mut rk = [_mm512_setzero_si512(); 11];
+    let mut k = _mm_set_epi64x(0, seed as i64);
+    rk[0] = _mm512_broadcast_i32x4(k);
+    for i in 1..=R { k = _mm_add_epi64(k, weyl); rk[i] = _mm512_broadcast_i32x4(k); }
+    let p = out.as_mut_ptr() as *mut __m512i;
+    let base = _mm512_set_epi32(13, 11, 7, 3, 13, 11, 7, 2, 13, 11, 7, 1, 13, 11, 7, 0);
+    const W: usize = 8;
+    for v in (0..out.len() / 32).step_by(W) {
+        let mut x = [_mm512_setzero_si512(); W];
+        for i in 0..W { x[i] = _mm512_xor_si512(_mm512_add_epi32(base, _mm512_set1_epi32(4 * (v + i) as i32)), rk[0]); }
+        for r in 1..R { for i in 0..W { x[i] = _mm512_aesenc_epi128(x[i], rk[r]); } }
+        for i in 0..W { x[i] = _mm512_aesenclast_epi128(x[i], rk[R]); _mm512_storeu_si512(p.add(v + i) as *mut _, x[i]); }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn philox_avx512<const R: usize>(out: &mut [u16], seed: u64) {
+    let m0 = _mm512_set1_epi64(0xD2511F53);
+    let m1 = _mm512_set1_epi64(0xCD9E8D57);
+    let lo32 = _mm512_set1_epi64(0xFFFF_FFFF);
+    let mut keys = [[_mm512_setzero_si512(); 2]; 10];
+    let (mut k0, mut k1) = (seed as u32, (seed >> 32) as u32);
+    for r in 0..R { keys[r] = [_mm512_set1_epi64(k0 as i64), _mm512_set1_epi64(k1 as i64)]; k0 = k0.wrapping_add(0x9E3779B9); k1 = k1.wrapping_add(0xBB67AE85); }
+    let p = out.as_mut_ptr() as *mut __m512i;
+    let nv = out.len() / 32;
+    let mut blk = 0i64;
+    let mut v = 0;
+    while v + 8 <= nv {
+        let mut c = [[_mm512_setzero_si512(); 4]; 4];
+        for ch in 0..4 {
+            c[ch][0] = _mm512_add_epi64(_mm512_set1_epi64(blk), _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+            c[ch][1] = _mm512_set1_epi64(7); c[ch][2] = _mm512_set1_epi64(11); c[ch][3] = _mm512_set1_epi64(13);
+            blk += 8;
+        }
+        for r in 0..R {
+            for ch in 0..4 {
+                let x = c[ch];
+                let p0 = _mm512_mul_epu32(x[0], m0);
+                let p1 = _mm512_mul_epu32(x[2], m1);
+                c[ch] = [
+                    _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p1, 32), x[1]), keys[r][0]),
+                    _mm512_and_si512(p1, lo32),
+                    _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p0, 32), x[3]), keys[r][1]),
+                    _mm512_and_si512(p0, lo32),
+                ];
+            }
+        }
+        // 32 blocks x 4 words = 128 words = 256 u16 = 8 zmm
+        for ch in 0..4 {
+            _mm512_storeu_si512(p.add(v) as *mut _, _mm512_or_si512(c[ch][0], _mm512_slli_epi64(c[ch][1], 32)));
+            _mm512_storeu_si512(p.add(v + 1) as *mut _, _mm512_or_si512(c[ch][2], _mm512_slli_epi64(c[ch][3], 32)));
+            v += 2;
+        }
+    }
+}
+
+/// Median ns per 16-bit value of `f` over 15 batches.
+fn bench(name: &str, f: &dyn Fn(&mut [u16], u64)) {
+    let mut buf = vec![0u16; N];
+    let mut ts = vec![];
+    for rep in 0..15 {
+        let t = Instant::now();
+        for i in 0..200 { f(&mut buf, i + rep); }
+        ts.push(t.elapsed().as_secs_f64() / (200.0 * N as f64) * 1e9);
+    }
+    ts.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!("{name:28} {:.4} ns per 16 bits (median of 15; min {:.4})  checksum {}", ts[7], ts[0], buf.iter().map(|&x| x as u64).sum::<u64>());
+}
+
+fn main() {
+    let avx512 = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("vaes");
+    for _ in 0..2 {
+        bench("philox4x32-10 avx2", &|b, s| unsafe { philox_avx2::<10>(b, s) });
+        bench("philox4x32-7 avx2", &|b, s| unsafe { philox_avx2::<7>(b, s) });
+        bench("ars-5 aes-ni xmm", &|b, s| unsafe { ars_aesni::<5>(b, s) });
+        bench("ars-7 aes-ni xmm", &|b, s| unsafe { ars_aesni::<7>(b, s) });
+        if is_x86_feature_detected!("vaes") {
+            bench("ars-5 vaes ymm", &|b, s| unsafe { ars_vaes256::<5>(b, s) });
+        }
+        if avx512 {
+            bench("philox4x32-10 avx512", &|b, s| unsafe { philox_avx512::<10>(b, s) });
+            bench("philox4x32-7 avx512", &|b, s| unsafe { philox_avx512::<7>(b, s) });
+            bench("ars-5 vaes zmm", &|b, s| unsafe { ars_vaes512::<5>(b, s) });
+            bench("ars-7 vaes zmm", &|b, s| unsafe { ars_vaes512::<7>(b, s) });
+        }
+    }
+}
