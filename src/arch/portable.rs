@@ -32,7 +32,7 @@ const TE: [u32; 256] = {
     let mut i = 0;
     while i < 256 {
         let s = crate::reference::ars::SBOX[i];
-        let s2 = crate::reference::ars::gf_mul(s, 2);
+        let s2 = crate::reference::ars::xtime(s);
         let s3 = s2 ^ s;
         t[i] = u32::from_le_bytes([s2, s, s, s3]);
         i += 1;

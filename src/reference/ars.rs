@@ -38,18 +38,19 @@ pub const SBOX: [u8; 256] = {
     s
 };
 
-/// Multiplication in GF(2^8) modulo x^8 + x^4 + x^3 + x + 1.
+/// `{02} · a` in GF(2^8) modulo x^8 + x^4 + x^3 + x + 1 (FIPS-197 §4.2.1's `xtime`).
+pub const fn xtime(a: u8) -> u8 {
+    (a << 1) ^ if a & 0x80 != 0 { 0x1B } else { 0 }
+}
+
+/// Multiplication in GF(2^8) modulo x^8 + x^4 + x^3 + x + 1: `xtime` per bit of `b`.
 pub const fn gf_mul(mut a: u8, mut b: u8) -> u8 {
     let mut p = 0u8;
     while b != 0 {
         if b & 1 == 1 {
             p ^= a;
         }
-        let carry = a & 0x80;
-        a <<= 1;
-        if carry != 0 {
-            a ^= 0x1B;
-        }
+        a = xtime(a);
         b >>= 1;
     }
     p
@@ -80,11 +81,6 @@ fn sub_shift(s: [u8; 16]) -> [u8; 16] {
         let (r, c) = (i % 4, i / 4);
         SBOX[usize::from(s[4 * ((c + r) % 4) + r])]
     })
-}
-
-/// `{02} · a` in GF(2^8) (FIPS-197 §4.2.1's `xtime`).
-fn xtime(a: u8) -> u8 {
-    (a << 1) ^ if a & 0x80 != 0 { 0x1B } else { 0 }
 }
 
 /// MixColumns: each column times the fixed polynomial {03}x^3 + {01}x^2 + {01}x + {02}, i.e.
