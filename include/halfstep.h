@@ -30,11 +30,21 @@
 // `hs_step_context.replica` for bits shared by every replica.
 #define HS_REPLICA_IDENTICAL UINT32_MAX
 
+// Most elements one buffer may have: the element-index limit of SPEC.md §8 (2^51), which also keeps
+// every buffer's size in bytes far below `isize::MAX`, the most a Rust slice may span.
+#define HS_MAX_LEN 2251799813685248
+
+// Most threads `hs_threads_new` and `hs_threads_calling_thread` start.
+#define HS_MAX_THREADS 1024
+
 // `hs_f32_to_fp8` / `hs_fp8_to_f32` format: E4M3 (`e4m3fn`).
 #define HS_E4M3 0
 
 // fp8 E5M2.
 #define HS_E5M2 1
+
+// Bytes of a checkpoint blob (SPEC.md §3.3).
+#define HS_CHECKPOINT_BYTES 16
 
 // What a call returned.
 typedef enum {
@@ -44,15 +54,17 @@ typedef enum {
   HS_NULL_POINTER = 1,
   // A pointer is not aligned for its element type (4 bytes for f32, 2 for 16-bit).
   HS_MISALIGNED = 2,
-  // Buffer lengths disagree, or a tensor is empty.
+  // Buffer lengths disagree, or a buffer has no elements (SPEC.md §8).
   HS_LENGTH_MISMATCH = 3,
   // A hyperparameter is outside its domain.
   HS_INVALID_HYPERPARAMETER = 4,
-  // Step 0 or overflow, stream id, element index or replica out of range.
+  // Step 0 or overflow, stream id, element index or replica out of range; a length above
+  // `HS_MAX_LEN` or a thread count above `HS_MAX_THREADS`.
   HS_OUT_OF_RANGE = 5,
   // An optional state buffer is missing or given when the configuration says otherwise.
   HS_STATE_MISMATCH = 6,
-  // An unknown storage kind, rounding, purpose or backend name, or buffers that overlap.
+  // An unknown storage kind, rounding, format, purpose or backend name; buffers that overlap;
+  // a checkpoint blob of the wrong length or version.
   HS_INVALID_ARGUMENT = 7,
   // The backend is not available on this CPU.
   HS_BACKEND_UNAVAILABLE = 8,
@@ -102,20 +114,13 @@ typedef struct {
 
 // One tensor of a group step. `state` by optimizer: SGD `{momentum}`, Adagrad `{sum}`, Adam
 // `{exp_avg, exp_avg_sq, max_exp_avg_sq}`, LAMB `{exp_avg, exp_avg_sq}`; unused ones NULL.
-// No two buffers may overlap.
+// No two buffers of a step may share a byte, across all its tensors and with the descriptor
+// array itself (`HS_INVALID_ARGUMENT`).
 //
 // Placement (speed only, never the bits): start each state buffer (and the trails) at its own
-// multiple of 768 bytes past its weights' offset within a 4 KiB page; the PyTorch package puts
-// the k-th at k * 768 (k = 1..4). Buffers up to a few cache lines apart modulo 1 MiB, which
-// consecutive allocations from a heap often are, made steps 2-3x slower on Sapphire Rapids, for
-// PyTorch's kernels as for halfstep's (BENCHMARKS.md, "Buffers 64 bytes past a multiple of
-// 1 MiB"); 768 bytes or more apart modulo 4 KiB they ran as fast as whole pages apart. On AMD
-// Zen, two buffers at the same offset in a page also fight over L1 where their distance hashes
-// to zero under its "µtag" (address bits 12-27 folded: 12^27, 13^26, 14^25, 15^20, 16^21,
-// 17^22, 18^23, 19^24), as buffers allocated one after another often do (128 MiB + 4 KiB apart,
-// say); in different L1 sets they cannot. halfstep orders its accesses so that this costs little
-// (BENCHMARKS.md, "AMD's µtag"), but an all-f32 Adam step of 16M elements still took 20% longer
-// with its two moments at the same offset than 768 bytes apart.
+// multiple of 768 bytes past its weights' offset within a 4 KiB page, as the PyTorch package
+// does (the k-th at k * 768). Buffers a few cache lines apart modulo 1 MiB, or at the same offset
+// in a page on AMD Zen, contend for the same cache sets (measured in BENCHMARKS.md).
 typedef struct {
   // Elements in every buffer.
   size_t len;
@@ -206,18 +211,18 @@ hs_lamb_workspace *hs_lamb_workspace_new(void);
 // Frees a workspace (NULL is ignored).
 void hs_lamb_workspace_free(hs_lamb_workspace *workspace);
 
-// Where steps run: `n == 0` rayon's global pool, `n == 1` the calling thread only, `n >= 2` a
-// new pool of `n` threads. NULL on failure. Free with `hs_threads_free`; passing NULL to a step
-// means the global pool.
+// Where steps run: `n == 0` rayon's global pool, `n == 1` the calling thread only,
+// `2 <= n <= HS_MAX_THREADS` a new pool of `n` threads. NULL on failure (see `hs_last_error`).
+// Free with `hs_threads_free`; passing NULL to a step means the global pool.
 hs_threads *hs_threads_new(uint32_t n);
 
 // The calling thread's own pool: `n` threads of which the calling thread is one (`n == 0`:
-// rayon's default count). Steps called from this thread then run part of their work on it,
-// without handing the step to the pool and sleeping until it is done (8–17 µs per call on a
-// 2-core VM, ~28 µs on 16 cores), as OpenMP's master thread works in its team. The pool is made on the first call on
-// a thread and lives until the thread exits; later calls on the same thread give new handles to
-// it (free each with `hs_threads_free`). NULL on failure (see `hs_last_error`): the thread's
-// pool has another size, or the thread is already a worker of another pool.
+// rayon's default count; at most `HS_MAX_THREADS`). Steps called from this thread then run part
+// of their work on it, without handing the step to the pool and sleeping until it is done, as
+// OpenMP's master thread works in its team. The pool is made on the first call on a thread and
+// lives until the thread exits; later calls on the same thread give new handles to it (free each
+// with `hs_threads_free`). NULL on failure (see `hs_last_error`): the thread's pool has another
+// size, or the thread is already a worker of another pool.
 hs_threads *hs_threads_calling_thread(uint32_t n);
 
 // Sets the grain of `threads`: steps over groups of at most `elements` elements run on the
@@ -295,6 +300,13 @@ hs_status hs_f32_to_fp8(const float *src,
 // fp8 codes -> f32, exact.
 hs_status hs_fp8_to_f32(const uint8_t *src, float *dst, size_t len, uint32_t format);
 
+// f32 -> E8M0 scale codes (SPEC.md §4.6: the nearest power of two, ties up; 0xFF for zero,
+// negative, NaN and infinity).
+hs_status hs_f32_to_e8m0(const float *src, uint8_t *dst, size_t len);
+
+// E8M0 scale codes -> f32, exact (0xFF gives NaN `0x7FC00000`).
+hs_status hs_e8m0_to_f32(const uint8_t *src, float *dst, size_t len);
+
 // NVFP4's per-tensor scale of `src` into `*out` (`amax / 2688`; 1 for all zeros).
 hs_status hs_nvfp4_tensor_scale(const float *src, size_t len, float *out);
 
@@ -330,6 +342,17 @@ hs_status hs_quantize_mxfp4(const float *src,
 
 // MXFP4 -> `len` floats.
 hs_status hs_dequantize_mxfp4(const uint8_t *packed, const uint8_t *scales, float *dst, size_t len);
+
+// Writes the `HS_CHECKPOINT_BYTES`-byte checkpoint of a run with `seed` that has taken
+// `steps_taken` steps (its next step is `steps_taken + 1`) to `out`, in the current version.
+hs_status hs_checkpoint_encode(uint64_t seed, uint32_t steps_taken, uint8_t *out);
+
+// Reads a checkpoint blob of `len` bytes (any version this library reads) into `*seed` and
+// `*steps_taken`; `HS_INVALID_ARGUMENT` for a blob of the wrong length or an unknown version.
+hs_status hs_checkpoint_decode(const uint8_t *blob,
+                               size_t len,
+                               uint64_t *seed,
+                               uint32_t *steps_taken);
 
 #ifdef __cplusplus
 }  // extern "C"

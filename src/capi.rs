@@ -38,15 +38,17 @@ pub enum hs_status {
     HS_NULL_POINTER = 1,
     /// A pointer is not aligned for its element type (4 bytes for f32, 2 for 16-bit).
     HS_MISALIGNED = 2,
-    /// Buffer lengths disagree, or a tensor is empty.
+    /// Buffer lengths disagree, or a buffer has no elements (SPEC.md §8).
     HS_LENGTH_MISMATCH = 3,
     /// A hyperparameter is outside its domain.
     HS_INVALID_HYPERPARAMETER = 4,
-    /// Step 0 or overflow, stream id, element index or replica out of range.
+    /// Step 0 or overflow, stream id, element index or replica out of range; a length above
+    /// `HS_MAX_LEN` or a thread count above `HS_MAX_THREADS`.
     HS_OUT_OF_RANGE = 5,
     /// An optional state buffer is missing or given when the configuration says otherwise.
     HS_STATE_MISMATCH = 6,
-    /// An unknown storage kind, rounding, purpose or backend name, or buffers that overlap.
+    /// An unknown storage kind, rounding, format, purpose or backend name; buffers that overlap;
+    /// a checkpoint blob of the wrong length or version.
     HS_INVALID_ARGUMENT = 7,
     /// The backend is not available on this CPU.
     HS_BACKEND_UNAVAILABLE = 8,
@@ -90,20 +92,13 @@ pub struct hs_buffer {
 
 /// One tensor of a group step. `state` by optimizer: SGD `{momentum}`, Adagrad `{sum}`, Adam
 /// `{exp_avg, exp_avg_sq, max_exp_avg_sq}`, LAMB `{exp_avg, exp_avg_sq}`; unused ones NULL.
-/// No two buffers may overlap.
+/// No two buffers of a step may share a byte, across all its tensors and with the descriptor
+/// array itself (`HS_INVALID_ARGUMENT`).
 ///
 /// Placement (speed only, never the bits): start each state buffer (and the trails) at its own
-/// multiple of 768 bytes past its weights' offset within a 4 KiB page; the PyTorch package puts
-/// the k-th at k * 768 (k = 1..4). Buffers up to a few cache lines apart modulo 1 MiB, which
-/// consecutive allocations from a heap often are, made steps 2-3x slower on Sapphire Rapids, for
-/// PyTorch's kernels as for halfstep's (BENCHMARKS.md, "Buffers 64 bytes past a multiple of
-/// 1 MiB"); 768 bytes or more apart modulo 4 KiB they ran as fast as whole pages apart. On AMD
-/// Zen, two buffers at the same offset in a page also fight over L1 where their distance hashes
-/// to zero under its "µtag" (address bits 12-27 folded: 12^27, 13^26, 14^25, 15^20, 16^21,
-/// 17^22, 18^23, 19^24), as buffers allocated one after another often do (128 MiB + 4 KiB apart,
-/// say); in different L1 sets they cannot. halfstep orders its accesses so that this costs little
-/// (BENCHMARKS.md, "AMD's µtag"), but an all-f32 Adam step of 16M elements still took 20% longer
-/// with its two moments at the same offset than 768 bytes apart.
+/// multiple of 768 bytes past its weights' offset within a 4 KiB page, as the PyTorch package
+/// does (the k-th at k * 768). Buffers a few cache lines apart modulo 1 MiB, or at the same offset
+/// in a page on AMD Zen, contend for the same cache sets (measured in BENCHMARKS.md).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hs_tensor {
@@ -229,22 +224,37 @@ impl From<Error> for Fail {
     }
 }
 
-/// Runs `f` behind the panic boundary and turns its outcome into a status.
-fn guard(f: impl FnOnce() -> Result<(), Fail>) -> hs_status {
+/// The panic boundary every entry point runs behind: calls `f`, records its failure message for
+/// `hs_last_error` (or clears it), and returns its value, or `on_error(status)` on a failure or a
+/// panic (`HS_PANIC`).
+fn boundary<T>(f: impl FnOnce() -> Result<T, Fail>, on_error: impl FnOnce(hs_status) -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => {
+        Ok(Ok(v)) => {
             set_error(None);
-            HS_OK
+            v
         }
         Ok(Err(Fail(status, msg))) => {
             set_error(Some(msg));
-            status
+            on_error(status)
         }
         Err(_) => {
             set_error(Some("halfstep panicked (a bug: please report it)".into()));
-            HS_PANIC
+            on_error(HS_PANIC)
         }
     }
+}
+
+/// [`boundary`] for the entry points that return a status.
+fn guard(f: impl FnOnce() -> Result<(), Fail>) -> hs_status {
+    boundary(|| f().map(|()| HS_OK), |status| status)
+}
+
+/// [`boundary`] for the constructors: a new heap object, or NULL.
+fn guard_new<T>(f: impl FnOnce() -> Result<T, Fail>) -> *mut T {
+    boundary(
+        || f().map(|v| Box::into_raw(Box::new(v))),
+        |_| std::ptr::null_mut(),
+    )
 }
 
 /// Forced backend: 0 = none (HALFSTEP_BACKEND or detection), else 1 + index in ALL_BACKENDS.
@@ -300,21 +310,116 @@ fn context(c: *const hs_step_context) -> Result<StepContext, Fail> {
     })
 }
 
-/// Checks `p` for `len` elements of `T`: non-NULL and aligned (a NULL with `len == 0` is fine).
-fn check_ptr<T>(p: *const T, len: usize, what: &str) -> Result<(), Fail> {
-    if len == 0 {
-        return Ok(());
+/// Most elements one buffer may have: the element-index limit of SPEC.md §8 (2^51), which also keeps
+/// every buffer's size in bytes far below `isize::MAX`, the most a Rust slice may span.
+pub const HS_MAX_LEN: u64 = 2_251_799_813_685_248;
+const _: () = assert!(HS_MAX_LEN == crate::reference::bits::MAX_ELEMENT_INDEX);
+
+/// Whose buffer a check is about: `tensors[i].grads`, or a conversion's `src`.
+#[derive(Clone, Copy, Debug)]
+struct Name {
+    tensor: Option<usize>,
+    buffer: &'static str,
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.tensor {
+            Some(i) => write!(f, "tensors[{i}].{}", self.buffer),
+            None => f.write_str(self.buffer),
+        }
     }
-    if p.is_null() {
-        return Err(null(what));
+}
+
+/// A conversion's (or the call's own) buffer.
+fn arg(buffer: &'static str) -> Name {
+    Name {
+        tensor: None,
+        buffer,
     }
-    if !(p as usize).is_multiple_of(align_of::<T>()) {
+}
+
+/// The bytes a checked buffer spans, for the overlap check (`start == end` when empty).
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    start: usize,
+    end: usize,
+    name: Name,
+}
+
+/// The checks every buffer passes before a slice is formed over it, in this order: its length
+/// (at most [`HS_MAX_LEN`] elements: `HS_OUT_OF_RANGE`), NULL (allowed only for 0 elements),
+/// alignment for `T`, and an address range that does not wrap around. Returns its byte range.
+fn region<T>(p: *const T, len: usize, name: Name) -> Result<Region, Fail> {
+    if len as u64 > HS_MAX_LEN {
         return Err(Fail(
-            HS_MISALIGNED,
-            format!("{what} is not {}-byte aligned", align_of::<T>()),
+            HS_OUT_OF_RANGE,
+            format!("{name} has {len} elements, more than 2^51"),
         ));
     }
+    let start = p as usize;
+    if len == 0 {
+        return Ok(Region {
+            start,
+            end: start,
+            name,
+        });
+    }
+    if p.is_null() {
+        return Err(Fail(HS_NULL_POINTER, format!("{name} is NULL")));
+    }
+    if !start.is_multiple_of(align_of::<T>()) {
+        return Err(Fail(
+            HS_MISALIGNED,
+            format!("{name} is not {}-byte aligned", align_of::<T>()),
+        ));
+    }
+    // `len <= 2^51` and elements of at most 128 bytes: no overflow in the product.
+    match start.checked_add(len * size_of::<T>()) {
+        Some(end) if end <= isize::MAX as usize => Ok(Region { start, end, name }),
+        _ => Err(invalid(format!(
+            "{name}: {len} elements from {start:#x} run past the end of the address space"
+        ))),
+    }
+}
+
+/// Fails with `HS_INVALID_ARGUMENT` naming two buffers that share a byte, if any do. Sorts
+/// `regions` in place: O(n log n) for a group of n buffers, no allocation.
+fn disjoint(regions: &mut [Region]) -> Result<(), Fail> {
+    regions.sort_unstable_by_key(|r| r.start);
+    // The non-empty region reaching furthest so far: any later one starting before its end
+    // overlaps it.
+    let mut reach: Option<Region> = None;
+    for r in regions.iter().filter(|r| r.start < r.end) {
+        if let Some(prev) = reach
+            && r.start < prev.end
+        {
+            return Err(invalid(format!("{} and {} overlap", prev.name, r.name)));
+        }
+        if reach.is_none_or(|prev| r.end > prev.end) {
+            reach = Some(*r);
+        }
+    }
     Ok(())
+}
+
+/// Checks the buffers of a call that takes plain pointers (a conversion, a quantizer): each as
+/// [`region`], then no two overlapping.
+fn check_buffers<const N: usize>(mut regions: [Result<Region, Fail>; N]) -> Result<(), Fail> {
+    let mut checked = [Region {
+        start: 0,
+        end: 0,
+        name: arg(""),
+    }; N];
+    for (c, r) in checked.iter_mut().zip(regions.iter_mut()) {
+        *c = std::mem::replace(r, Ok(*c))?;
+    }
+    disjoint(&mut checked)
+}
+
+/// [`region`]'s checks alone, for a pointer whose overlap is checked elsewhere or moot.
+fn check_ptr<T>(p: *const T, len: usize, what: &'static str) -> Result<(), Fail> {
+    region(p, len, arg(what)).map(drop)
 }
 
 /// A slice over a checked pointer (dangling for `len == 0`).
@@ -335,36 +440,58 @@ unsafe fn slice_mut<'a, T>(p: *mut T, len: usize) -> &'a mut [T] {
     }
 }
 
-/// Byte ranges of a tensor's buffers, for the overlap check.
-fn byte_ranges(t: &hs_tensor) -> ArrayVec<(usize, usize, &'static str), 6> {
-    let mut v = ArrayVec::new();
-    let width = |b: &hs_buffer| if b.kind == HS_F32 { 4 } else { 2 };
-    let mut add = |p: *const c_void, bytes: usize, name: &'static str| {
-        if !p.is_null() && bytes > 0 {
-            v.push((p as usize, p as usize + bytes, name));
-        }
-    };
-    add(t.weights.data, t.len * width(&t.weights), "weights");
-    if t.weights.kind == HS_SPLIT {
-        add(t.weights.trail.cast(), t.len * 2, "trail");
-    }
-    add(t.grads.data, t.len * width(&t.grads), "grads");
-    for (s, name) in t.state.iter().zip(["state[0]", "state[1]", "state[2]"]) {
-        add(s.data, t.len * width(s), name);
-    }
-    v
+/// Bytes per element of a buffer kind.
+fn width(kind: u32) -> usize {
+    if kind == HS_F32 { 4 } else { 2 }
 }
 
-fn check_no_overlap(t: &hs_tensor) -> Result<(), Fail> {
-    let r = byte_ranges(t);
-    for (i, a) in r.iter().enumerate() {
-        for b in &r[i + 1..] {
-            if a.0 < b.1 && b.0 < a.1 {
-                return Err(invalid(format!("{} and {} overlap", a.2, b.2)));
-            }
+/// The regions of tensor `i`'s buffers, checked as [`region`], appended to `out` (absent
+/// optional states add nothing; the kinds are checked later, by [`FromC::tensor`]).
+fn tensor_regions(t: &hs_tensor, i: usize, out: &mut Vec<Region>) -> Result<(), Fail> {
+    let name = |buffer| Name {
+        tensor: Some(i),
+        buffer,
+    };
+    let mut add = |p: *const c_void, kind: u32, buffer: &'static str| -> Result<(), Fail> {
+        let r = if width(kind) == 4 {
+            region(p.cast::<f32>(), t.len, name(buffer))?
+        } else {
+            region(p.cast::<u16>(), t.len, name(buffer))?
+        };
+        out.push(r);
+        Ok(())
+    };
+    add(t.weights.data, t.weights.kind, "weights")?;
+    if t.weights.kind == HS_SPLIT {
+        add(t.weights.trail.cast(), HS_BF16, "trail")?;
+    }
+    add(t.grads.data, t.grads.kind, "grads")?;
+    for (s, buffer) in t.state.iter().zip(["state[0]", "state[1]", "state[2]"]) {
+        if !s.data.is_null() {
+            add(s.data, s.kind, buffer)?;
         }
     }
     Ok(())
+}
+
+thread_local! {
+    /// A group step's buffer regions, kept between calls so that a step allocates only when a
+    /// larger group than any before arrives on the thread.
+    static REGIONS: RefCell<Vec<Region>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Every buffer of a group step and the descriptor array itself: lengths, pointers, and no two
+/// sharing a byte (the descriptors are read again between batches, so no weight may overlap them).
+fn check_group(descs: &[hs_tensor], own: Region) -> Result<(), Fail> {
+    REGIONS.with(|cell| {
+        let mut regions = cell.borrow_mut();
+        regions.clear();
+        regions.push(own);
+        for (i, d) in descs.iter().enumerate() {
+            tensor_regions(d, i, &mut regions)?;
+        }
+        disjoint(&mut regions)
+    })
 }
 
 unsafe fn weights<'a>(b: &hs_buffer, len: usize) -> Result<Weights<'a>, Fail> {
@@ -411,7 +538,11 @@ unsafe fn grads<'a>(b: &hs_buffer, len: usize) -> Result<Grads<'a>, Fail> {
 }
 
 /// A state buffer; `None` when `data` is NULL (absent).
-unsafe fn state<'a>(b: &hs_buffer, len: usize, name: &str) -> Result<Option<State<'a>>, Fail> {
+unsafe fn state<'a>(
+    b: &hs_buffer,
+    len: usize,
+    name: &'static str,
+) -> Result<Option<State<'a>>, Fail> {
     if b.data.is_null() {
         return Ok(None);
     }
@@ -527,7 +658,7 @@ unsafe fn group_step<C: FromC>(
     ws: &mut C::Workspace,
 ) -> Result<(), Fail> {
     let ctx = context(ctx)?;
-    check_ptr(tensors, count, "tensors")?;
+    let own = region(tensors.cast_const(), count, arg("tensors"))?;
     let descs = unsafe { slice(tensors, count) };
     let threads = match unsafe { threads.as_ref() } {
         Some(t) => &t.0,
@@ -535,8 +666,8 @@ unsafe fn group_step<C: FromC>(
     };
     let engine = engine()?;
     config.validate()?;
+    check_group(descs, own)?;
     for d in descs {
-        check_no_overlap(d)?;
         let t = unsafe { C::tensor(d)? };
         config.check_tensor(&t)?;
     }
@@ -657,8 +788,7 @@ pub unsafe extern "C" fn hs_lamb_step(
 /// `hs_lamb_workspace_free`.
 #[unsafe(no_mangle)]
 pub extern "C" fn hs_lamb_workspace_new() -> *mut hs_lamb_workspace {
-    catch_unwind(|| Box::into_raw(Box::new(hs_lamb_workspace(LambWorkspace::default()))))
-        .unwrap_or(std::ptr::null_mut())
+    guard_new(|| Ok(hs_lamb_workspace(LambWorkspace::default())))
 }
 
 /// Frees a workspace (NULL is ignored).
@@ -669,50 +799,51 @@ pub unsafe extern "C" fn hs_lamb_workspace_free(workspace: *mut hs_lamb_workspac
     }
 }
 
-/// Where steps run: `n == 0` rayon's global pool, `n == 1` the calling thread only, `n >= 2` a
-/// new pool of `n` threads. NULL on failure. Free with `hs_threads_free`; passing NULL to a step
-/// means the global pool.
+/// Most threads `hs_threads_new` and `hs_threads_calling_thread` start.
+pub const HS_MAX_THREADS: u32 = 1024;
+
+fn check_threads(n: u32) -> Result<(), Fail> {
+    if n > HS_MAX_THREADS {
+        return Err(Fail(
+            HS_OUT_OF_RANGE,
+            format!("{n} threads: at most {HS_MAX_THREADS}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Where steps run: `n == 0` rayon's global pool, `n == 1` the calling thread only,
+/// `2 <= n <= HS_MAX_THREADS` a new pool of `n` threads. NULL on failure (see `hs_last_error`).
+/// Free with `hs_threads_free`; passing NULL to a step means the global pool.
 #[unsafe(no_mangle)]
 pub extern "C" fn hs_threads_new(n: u32) -> *mut hs_threads {
-    let made = catch_unwind(|| match n {
-        0 => Some(Threads::global()),
-        1 => Some(Threads::current()),
-        n => rayon_core::ThreadPoolBuilder::new()
-            .num_threads(n as usize)
-            .build()
-            .ok()
-            .map(|p| Threads::pool(Arc::new(p))),
-    });
-    match made {
-        Ok(Some(t)) => Box::into_raw(Box::new(hs_threads(t))),
-        _ => std::ptr::null_mut(),
-    }
+    guard_new(|| {
+        check_threads(n)?;
+        Ok(hs_threads(match n {
+            0 => Threads::global(),
+            1 => Threads::current(),
+            n => rayon_core::ThreadPoolBuilder::new()
+                .num_threads(n as usize)
+                .build()
+                .map(|p| Threads::pool(Arc::new(p)))
+                .map_err(|e| invalid(format!("starting {n} threads: {e}")))?,
+        }))
+    })
 }
 
 /// The calling thread's own pool: `n` threads of which the calling thread is one (`n == 0`:
-/// rayon's default count). Steps called from this thread then run part of their work on it,
-/// without handing the step to the pool and sleeping until it is done (8–17 µs per call on a
-/// 2-core VM, ~28 µs on 16 cores), as OpenMP's master thread works in its team. The pool is made on the first call on
-/// a thread and lives until the thread exits; later calls on the same thread give new handles to
-/// it (free each with `hs_threads_free`). NULL on failure (see `hs_last_error`): the thread's
-/// pool has another size, or the thread is already a worker of another pool.
+/// rayon's default count; at most `HS_MAX_THREADS`). Steps called from this thread then run part
+/// of their work on it, without handing the step to the pool and sleeping until it is done, as
+/// OpenMP's master thread works in its team. The pool is made on the first call on a thread and
+/// lives until the thread exits; later calls on the same thread give new handles to it (free each
+/// with `hs_threads_free`). NULL on failure (see `hs_last_error`): the thread's pool has another
+/// size, or the thread is already a worker of another pool.
 #[unsafe(no_mangle)]
 pub extern "C" fn hs_threads_calling_thread(n: u32) -> *mut hs_threads {
-    let made = catch_unwind(|| Threads::calling_thread_pool(n as usize));
-    match made {
-        Ok(Ok(t)) => {
-            set_error(None);
-            Box::into_raw(Box::new(hs_threads(t)))
-        }
-        Ok(Err(e)) => {
-            set_error(Some(e.to_string()));
-            std::ptr::null_mut()
-        }
-        Err(_) => {
-            set_error(Some("panic while making the pool".to_string()));
-            std::ptr::null_mut()
-        }
-    }
+    guard_new(|| {
+        check_threads(n)?;
+        Ok(hs_threads(Threads::calling_thread_pool(n as usize)?))
+    })
 }
 
 /// Sets the grain of `threads`: steps over groups of at most `elements` elements run on the
@@ -771,39 +902,39 @@ pub extern "C" fn hs_version() -> *const c_char {
 /// NULL if the one `HALFSTEP_BACKEND` names is not usable (see `hs_last_error`).
 #[unsafe(no_mangle)]
 pub extern "C" fn hs_backend() -> *const c_char {
-    let name = catch_unwind(|| engine().map(|e| e.backend().name()));
-    match name {
-        Ok(Ok(n)) => {
-            // Backend names are static; add the NUL from a static table.
-            match n {
+    boundary(
+        || {
+            // Backend names are static; the NUL comes from a static table.
+            Ok(match engine()?.backend().name() {
                 "avx512" => c"avx512".as_ptr(),
                 "avx2" => c"avx2".as_ptr(),
                 "neon" => c"neon".as_ptr(),
                 "portable" => c"portable".as_ptr(),
                 _ => c"reference".as_ptr(),
-            }
-        }
-        Ok(Err(Fail(_, msg))) => {
-            set_error(Some(msg));
-            std::ptr::null()
-        }
-        Err(_) => std::ptr::null(),
-    }
+            })
+        },
+        |_| std::ptr::null(),
+    )
 }
 
 /// 1 if backend `name` can run on this CPU, 0 if not or unknown.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hs_backend_available(name: *const c_char) -> i32 {
-    if name.is_null() {
-        return 0;
-    }
-    let name = unsafe { CStr::from_ptr(name) };
-    let ok = name
-        .to_str()
-        .ok()
-        .and_then(|n| Backend::from_name(n).ok())
-        .is_some_and(Backend::is_available);
-    i32::from(ok)
+    boundary(
+        || {
+            if name.is_null() {
+                return Ok(0);
+            }
+            let name = unsafe { CStr::from_ptr(name) };
+            let ok = name
+                .to_str()
+                .ok()
+                .and_then(|n| Backend::from_name(n).ok())
+                .is_some_and(Backend::is_available);
+            Ok(i32::from(ok))
+        },
+        |_| 0,
+    )
 }
 
 /// Runs every later call of this process on backend `name` ("auto" restores the default:
@@ -846,8 +977,10 @@ pub unsafe extern "C" fn hs_f32_to_16(
     index_base: u64,
 ) -> hs_status {
     guard(|| {
-        check_ptr(src, len, "src")?;
-        check_ptr(dst, len, "dst")?;
+        check_buffers([
+            region(src, len, arg("src")),
+            region(dst.cast_const(), len, arg("dst")),
+        ])?;
         let ctx = context(ctx)?;
         let r = rounding(rounding_mode)?;
         let stream = stream_of(stream_id, index_base);
@@ -873,8 +1006,10 @@ pub unsafe extern "C" fn hs_16_to_f32(
     from_f16: u8,
 ) -> hs_status {
     guard(|| {
-        check_ptr(src, len, "src")?;
-        check_ptr(dst, len, "dst")?;
+        check_buffers([
+            region(src, len, arg("src")),
+            region(dst.cast_const(), len, arg("dst")),
+        ])?;
         let e = engine()?;
         let dst = unsafe { slice_mut(dst, len) };
         if from_f16 != 0 {
@@ -895,9 +1030,11 @@ pub unsafe extern "C" fn hs_split(
     len: usize,
 ) -> hs_status {
     guard(|| {
-        check_ptr(src, len, "src")?;
-        check_ptr(top, len, "top")?;
-        check_ptr(trail, len, "trail")?;
+        check_buffers([
+            region(src, len, arg("src")),
+            region(top.cast_const(), len, arg("top")),
+            region(trail.cast_const(), len, arg("trail")),
+        ])?;
         let e = engine()?;
         unsafe {
             e.split(
@@ -919,9 +1056,11 @@ pub unsafe extern "C" fn hs_combine(
     len: usize,
 ) -> hs_status {
     guard(|| {
-        check_ptr(top, len, "top")?;
-        check_ptr(trail, len, "trail")?;
-        check_ptr(dst, len, "dst")?;
+        check_buffers([
+            region(top, len, arg("top")),
+            region(trail, len, arg("trail")),
+            region(dst.cast_const(), len, arg("dst")),
+        ])?;
         let e = engine()?;
         unsafe {
             e.combine(
@@ -987,8 +1126,10 @@ pub unsafe extern "C" fn hs_f32_to_fp8(
     index_base: u64,
 ) -> hs_status {
     guard(|| {
-        check_ptr(src, len, "src")?;
-        check_ptr(dst, len, "dst")?;
+        check_buffers([
+            region(src, len, arg("src")),
+            region(dst.cast_const(), len, arg("dst")),
+        ])?;
         let (f, r, ctx) = (fp8(format)?, rounding(rounding_mode)?, context(ctx)?);
         let stream = stream_of(stream_id, index_base);
         let (src, dst) = unsafe { (slice(src, len), slice_mut(dst, len)) };
@@ -1005,11 +1146,40 @@ pub unsafe extern "C" fn hs_fp8_to_f32(
     format: u32,
 ) -> hs_status {
     guard(|| {
-        check_ptr(src, len, "src")?;
-        check_ptr(dst, len, "dst")?;
+        check_buffers([
+            region(src, len, arg("src")),
+            region(dst.cast_const(), len, arg("dst")),
+        ])?;
         let f = fp8(format)?;
         let (src, dst) = unsafe { (slice(src, len), slice_mut(dst, len)) };
         Ok(engine()?.fp8_to_f32(src, dst, f)?)
+    })
+}
+
+/// f32 -> E8M0 scale codes (SPEC.md §4.6: the nearest power of two, ties up; 0xFF for zero,
+/// negative, NaN and infinity).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_f32_to_e8m0(src: *const f32, dst: *mut u8, len: usize) -> hs_status {
+    guard(|| {
+        check_buffers([
+            region(src, len, arg("src")),
+            region(dst.cast_const(), len, arg("dst")),
+        ])?;
+        let (src, dst) = unsafe { (slice(src, len), slice_mut(dst, len)) };
+        Ok(crate::quant::f32_to_e8m0(src, dst)?)
+    })
+}
+
+/// E8M0 scale codes -> f32, exact (0xFF gives NaN `0x7FC00000`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_e8m0_to_f32(src: *const u8, dst: *mut f32, len: usize) -> hs_status {
+    guard(|| {
+        check_buffers([
+            region(src, len, arg("src")),
+            region(dst.cast_const(), len, arg("dst")),
+        ])?;
+        let (src, dst) = unsafe { (slice(src, len), slice_mut(dst, len)) };
+        Ok(crate::quant::e8m0_to_f32(src, dst)?)
     })
 }
 
@@ -1021,24 +1191,32 @@ pub unsafe extern "C" fn hs_nvfp4_tensor_scale(
     out: *mut f32,
 ) -> hs_status {
     guard(|| {
-        check_ptr(src, len, "src")?;
-        check_ptr(out, 1, "out")?;
+        check_buffers([
+            region(src, len, arg("src")),
+            region(out.cast_const(), 1, arg("out")),
+        ])?;
         let s = engine()?.nvfp4_tensor_scale(unsafe { slice(src, len) })?;
         unsafe { *out = s };
         Ok(())
     })
 }
 
-/// Block-format sizes: `packed` holds `ceil(len / 2)` bytes, `scales` `ceil(len / block)`.
-fn block_ptrs(
+/// The buffers of a block-format call: `src` or `dst` (`len` floats), `packed` (`ceil(len / 2)`
+/// bytes) and `scales` (`ceil(len / block)`), checked as [`check_buffers`]. Returns the byte counts.
+fn block_buffers(
+    floats: *const f32,
+    floats_name: &'static str,
     packed: *const u8,
     scales: *const u8,
     len: usize,
     block: usize,
 ) -> Result<(usize, usize), Fail> {
     let (np, ns) = (len.div_ceil(2), len.div_ceil(block));
-    check_ptr(packed, np, "packed")?;
-    check_ptr(scales, ns, "scales")?;
+    check_buffers([
+        region(floats, len, arg(floats_name)),
+        region(packed, np, arg("packed")),
+        region(scales, ns, arg("scales")),
+    ])?;
     Ok((np, ns))
 }
 
@@ -1057,8 +1235,7 @@ pub unsafe extern "C" fn hs_quantize_nvfp4(
     index_base: u64,
 ) -> hs_status {
     guard(|| {
-        check_ptr(src, len, "src")?;
-        let (np, ns) = block_ptrs(packed, scales, len, 16)?;
+        let (np, ns) = block_buffers(src, "src", packed, scales, len, 16)?;
         let (r, ctx) = (rounding(rounding_mode)?, context(ctx)?);
         let stream = stream_of(stream_id, index_base);
         unsafe {
@@ -1085,8 +1262,7 @@ pub unsafe extern "C" fn hs_dequantize_nvfp4(
     len: usize,
 ) -> hs_status {
     guard(|| {
-        let (np, ns) = block_ptrs(packed, scales, len, 16)?;
-        check_ptr(dst, len, "dst")?;
+        let (np, ns) = block_buffers(dst, "dst", packed, scales, len, 16)?;
         unsafe {
             Ok(engine()?.dequantize_nvfp4(
                 slice(packed, np),
@@ -1112,8 +1288,7 @@ pub unsafe extern "C" fn hs_quantize_mxfp4(
     index_base: u64,
 ) -> hs_status {
     guard(|| {
-        check_ptr(src, len, "src")?;
-        let (np, ns) = block_ptrs(packed, scales, len, 32)?;
+        let (np, ns) = block_buffers(src, "src", packed, scales, len, 32)?;
         let (r, ctx) = (rounding(rounding_mode)?, context(ctx)?);
         let stream = stream_of(stream_id, index_base);
         unsafe {
@@ -1138,8 +1313,7 @@ pub unsafe extern "C" fn hs_dequantize_mxfp4(
     len: usize,
 ) -> hs_status {
     guard(|| {
-        let (np, ns) = block_ptrs(packed, scales, len, 32)?;
-        check_ptr(dst, len, "dst")?;
+        let (np, ns) = block_buffers(dst, "dst", packed, scales, len, 32)?;
         unsafe {
             Ok(engine()?.dequantize_mxfp4(
                 slice(packed, np),
@@ -1147,5 +1321,45 @@ pub unsafe extern "C" fn hs_dequantize_mxfp4(
                 slice_mut(dst, len),
             )?)
         }
+    })
+}
+
+/// Bytes of a checkpoint blob (SPEC.md §3.3).
+pub const HS_CHECKPOINT_BYTES: usize = 16;
+
+/// Writes the `HS_CHECKPOINT_BYTES`-byte checkpoint of a run with `seed` that has taken
+/// `steps_taken` steps (its next step is `steps_taken + 1`) to `out`, in the current version.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_checkpoint_encode(
+    seed: u64,
+    steps_taken: u32,
+    out: *mut u8,
+) -> hs_status {
+    guard(|| {
+        check_ptr(out, HS_CHECKPOINT_BYTES, "out")?;
+        let blob = crate::Checkpoint { seed, steps_taken }.to_bytes();
+        unsafe { slice_mut(out, HS_CHECKPOINT_BYTES) }.copy_from_slice(&blob);
+        Ok(())
+    })
+}
+
+/// Reads a checkpoint blob of `len` bytes (any version this library reads) into `*seed` and
+/// `*steps_taken`; `HS_INVALID_ARGUMENT` for a blob of the wrong length or an unknown version.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_checkpoint_decode(
+    blob: *const u8,
+    len: usize,
+    seed: *mut u64,
+    steps_taken: *mut u32,
+) -> hs_status {
+    guard(|| {
+        check_ptr(blob, len, "blob")?;
+        check_ptr(seed, 1, "seed")?;
+        check_ptr(steps_taken, 1, "steps_taken")?;
+        let seed = unsafe { required_mut(seed, "seed")? };
+        let steps_taken = unsafe { required_mut(steps_taken, "steps_taken")? };
+        let c = crate::Checkpoint::from_bytes(unsafe { slice(blob, len) })?;
+        (*seed, *steps_taken) = (c.seed, c.steps_taken);
+        Ok(())
     })
 }

@@ -3,19 +3,12 @@
 //! The free functions run on [`Engine::global`]; the same operations are methods of [`Engine`].
 
 use crate::dispatch::Engine;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::reference::round::Rounding;
 use crate::rng::{Purpose, StepContext, TensorStream, coord};
-use crate::storage::check_len;
+use crate::storage::{check_len, check_pair};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
-
-fn check_pair(src: usize, dst: usize, dst_name: &'static str) -> Result<()> {
-    if src == 0 {
-        return Err(Error::Empty);
-    }
-    check_len(dst_name, src, dst)
-}
 
 /// The kernel signature shared by the two narrowing conversions.
 type NarrowKernel = fn(&[f32], &mut [u16], Rounding, &crate::reference::bits::BitsCoord, u64);

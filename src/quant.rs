@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::kernels::quant::Fp4Scaling;
 use crate::reference::quant::{E4M3, E5M2, Format, MXFP4_BLOCK, NVFP4_BLOCK};
 use crate::rng::{Purpose, StepContext, TensorStream, coord};
-use crate::storage::{Rounding, check_len};
+use crate::storage::{Rounding, check_len, check_nonempty, check_pair};
 
 /// An fp8 format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,6 +44,7 @@ fn rng_coord(
 }
 
 fn check_blocks(n: usize, packed: usize, scales: usize, block: usize) -> Result<()> {
+    check_nonempty(n)?;
     check_len("packed", n.div_ceil(2), packed)?;
     check_len("scales", n.div_ceil(block), scales)
 }
@@ -71,7 +72,7 @@ impl Engine {
         ctx: &StepContext,
         stream: &TensorStream,
     ) -> Result<()> {
-        check_len("dst", src.len(), dst.len())?;
+        check_pair(src.len(), dst.len(), "dst")?;
         let c = rng_coord(ctx, stream, src.len())?;
         (self.k.f32_to_fp8)(format, src, dst, rounding, &c, stream.index_base);
         Ok(())
@@ -79,14 +80,16 @@ impl Engine {
 
     /// fp8 codes -> f32, exact.
     pub fn fp8_to_f32(&self, src: &[u8], dst: &mut [f32], format: Fp8) -> Result<()> {
-        check_len("dst", src.len(), dst.len())?;
+        check_pair(src.len(), dst.len(), "dst")?;
         (self.k.fp8_to_f32)(format, src, dst);
         Ok(())
     }
 
-    /// NVFP4's per-tensor scale for `src`: `amax / 2688` (1 for an all-zero tensor). Fails on a
-    /// tensor holding NaN or infinity.
+    /// NVFP4's per-tensor scale for `src`: `amax / 2688`, at least 2^-143 (1 for an all-zero
+    /// tensor); always a scale [`Engine::quantize_nvfp4`] accepts. Fails on an empty tensor and on
+    /// one holding NaN or infinity.
     pub fn nvfp4_tensor_scale(&self, src: &[f32]) -> Result<f32> {
+        check_nonempty(src.len())?;
         let s = crate::reference::quant::nvfp4_tensor_scale((self.k.amax_bits)(src));
         if s.is_nan() {
             return Err(Error::InvalidHyperparameter {
@@ -235,4 +238,23 @@ pub fn quantize_mxfp4(
 /// MXFP4 -> f32 (`dst.len()` elements).
 pub fn dequantize_mxfp4(packed: &[u8], scales: &[u8], dst: &mut [f32]) -> Result<()> {
     Engine::global()?.dequantize_mxfp4(packed, scales, dst)
+}
+
+/// f32 -> E8M0 scale codes (SPEC.md §4.6: the nearest power of two, ties up; 0xFF for zero,
+/// negative, NaN and infinity). Scalar on every backend: scales are few.
+pub fn f32_to_e8m0(src: &[f32], dst: &mut [u8]) -> Result<()> {
+    check_pair(src.len(), dst.len(), "dst")?;
+    for (d, &x) in dst.iter_mut().zip(src) {
+        *d = crate::reference::quant::f32_to_e8m0(x);
+    }
+    Ok(())
+}
+
+/// E8M0 scale codes -> f32, exact (`2^(c - 127)`; 0xFF is NaN, `0x7FC00000`).
+pub fn e8m0_to_f32(src: &[u8], dst: &mut [f32]) -> Result<()> {
+    check_pair(src.len(), dst.len(), "dst")?;
+    for (d, &c) in dst.iter_mut().zip(src) {
+        *d = crate::reference::quant::e8m0_to_f32(c);
+    }
+    Ok(())
 }

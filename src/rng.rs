@@ -150,6 +150,7 @@ impl crate::Engine {
         purpose: Purpose,
         out: &mut [u16],
     ) -> Result<()> {
+        crate::storage::check_nonempty(out.len())?;
         stream.check(out.len())?;
         ctx.replica.slot()?;
         let c = coord(ctx, stream, purpose);

@@ -221,6 +221,21 @@ pub(crate) fn check_optional(
     }
 }
 
+/// SPEC.md §8: every buffer of every call has at least one element.
+pub(crate) fn check_nonempty(len: usize) -> Result<()> {
+    if len == 0 {
+        return Err(Error::Empty);
+    }
+    Ok(())
+}
+
+/// A conversion's source of `src` elements and its destination `dst_name` of `dst`: non-empty and
+/// the same length.
+pub(crate) fn check_pair(src: usize, dst: usize, dst_name: &'static str) -> Result<()> {
+    check_nonempty(src)?;
+    check_len(dst_name, src, dst)
+}
+
 pub(crate) fn check_len(buffer: &'static str, expected: usize, found: usize) -> Result<()> {
     if expected == found {
         Ok(())

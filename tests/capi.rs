@@ -414,7 +414,38 @@ fn every_bad_argument_is_refused_before_any_write() {
         unsafe { hs_sgd_step(&SGD, &ctx(), d.as_mut_ptr(), 2, std::ptr::null()) },
         HS_OUT_OF_RANGE
     );
-    assert_eq!((bits(&a), bits(&b)), (ba, bb));
+    assert_eq!((bits(&a), bits(&b)), (ba.clone(), bb.clone()));
+    // Buffers shared across the tensors of a group, or a tensor over the descriptor array: refused,
+    // naming both, before any write. A huge length is refused as out of range, before the overlap
+    // check could misread it.
+    for case in 0..4 {
+        let mut d = [desc(&mut a, 1, 0), desc(&mut b, 1, 1)];
+        match case {
+            0 => d[1].grads.data = d[0].grads.data,
+            1 => d[1].state[0].data = unsafe { d[0].weights.trail.add(N / 2).cast() },
+            2 => d[0].weights.data = d.as_mut_ptr().cast(),
+            _ => d[1].len = (1 << 51) + 1,
+        }
+        let want = if case == 3 {
+            HS_OUT_OF_RANGE
+        } else {
+            HS_INVALID_ARGUMENT
+        };
+        let st = unsafe { hs_sgd_step(&SGD, &ctx(), d.as_mut_ptr(), 2, std::ptr::null()) };
+        assert_eq!(st, want, "case {case}: {}", last_error());
+        let msg = last_error();
+        let named = match case {
+            0 => msg.contains("tensors[0].grads") && msg.contains("tensors[1].grads"),
+            1 => msg.contains("tensors[0].trail") && msg.contains("tensors[1].state[0]"),
+            2 => {
+                msg.contains("tensors[0].weights")
+                    && (msg.starts_with("tensors and") || msg.ends_with("and tensors overlap"))
+            }
+            _ => msg.contains("tensors[1]") && msg.contains("2^51"),
+        };
+        assert!(named, "case {case}: {msg}");
+        assert_eq!((bits(&a), bits(&b)), (ba.clone(), bb.clone()));
+    }
     // Backends.
     assert_eq!(
         unsafe { hs_force_backend(c"bogus".as_ptr()) },

@@ -432,3 +432,154 @@ fn bad_arguments_are_refused_before_any_write() {
     assert!(quant::nvfp4_tensor_scale(&[1.0, f32::INFINITY]).is_err());
     assert_eq!(quant::nvfp4_tensor_scale(&[0.0, -0.0]).unwrap(), 1.0);
 }
+
+/// SPEC.md §8: every conversion and quantizer refuses an empty buffer (`Error::Empty`), on every
+/// backend, before writing.
+#[test]
+fn empty_buffers_are_refused_by_every_conversion() {
+    use halfstep::{Purpose, bf16, f16};
+    let ctx = StepContext::new(1, 1);
+    let s = TensorStream::new(0);
+    let empty = |r: halfstep::Result<()>| matches!(r, Err(Error::Empty));
+    for e in common::available_engines("quant", true) {
+        let (mut f, mut b, mut h) = ([0f32; 0], [bf16::ZERO; 0], [f16::ZERO; 0]);
+        let (mut u16s, mut u8s) = ([0u16; 0], [0u8; 0]);
+        let ok = [
+            empty(e.f32_to_bf16(&[], &mut b, Rounding::NearestEven, &ctx, &s)),
+            empty(e.f32_to_f16(&[], &mut h, Rounding::Stochastic, &ctx, &s)),
+            empty(e.bf16_to_f32(&[], &mut f)),
+            empty(e.f16_to_f32(&[], &mut f)),
+            empty(e.split(&[], &mut b, &mut u16s)),
+            empty(e.combine(&[], &[], &mut f)),
+            empty(e.fill_element_bits(&ctx, &s, Purpose::Weights, &mut u16s)),
+            empty(e.f32_to_fp8(&[], &mut u8s, Fp8::E4M3, Rounding::Stochastic, &ctx, &s)),
+            empty(e.fp8_to_f32(&[], &mut f, Fp8::E5M2)),
+            matches!(e.nvfp4_tensor_scale(&[]), Err(Error::Empty)),
+            empty(e.quantize_nvfp4(&[], 1.0, &mut [], &mut [], Rounding::Stochastic, &ctx, &s)),
+            empty(e.dequantize_nvfp4(&[], &[], 1.0, &mut f)),
+            empty(e.quantize_mxfp4(&[], &mut [], &mut [], Rounding::Stochastic, &ctx, &s)),
+            empty(e.dequantize_mxfp4(&[], &[], &mut f)),
+            empty(quant::f32_to_e8m0(&[], &mut [])),
+            empty(quant::e8m0_to_f32(&[], &mut f)),
+        ];
+        let refused: Vec<usize> = (0..ok.len()).filter(|&i| !ok[i]).collect();
+        assert!(
+            refused.is_empty(),
+            "{}: calls {refused:?} accepted an empty buffer",
+            e.backend()
+        );
+    }
+}
+
+/// SPEC.md §4.6: f32 -> E8M0 rounds to the nearest power of two, ties up, in every binade; for
+/// x in (2^-127, 1.5 * 2^-127) that is code 0 where ml_dtypes gives 1.
+#[test]
+fn e8m0_rounds_to_the_nearest_power_of_two_in_every_binade() {
+    let cases = [
+        (0x0040_0000, 0x00), // 2^-127
+        (0x0040_0001, 0x00), // just above 2^-127: ml_dtypes 0x01
+        (0x0041_5e39, 0x00), // ml_dtypes 0x01
+        (0x005F_FFFF, 0x00), // just below 1.5 * 2^-127: ml_dtypes 0x01
+        (0x0060_0000, 0x01), // 1.5 * 2^-127: a tie, up
+        (0x0000_0001, 0x00), // 2^-149: clamped to the least code
+        (0x0080_0000, 0x01), // 2^-126
+        (0x00BF_FFFF, 0x01),
+        (0x00C0_0000, 0x02), // 1.5 * 2^-126: up
+        (0x3F80_0000, 0x7F), // 1
+        (0x3FC0_0000, 0x80), // 1.5 -> 2
+        (0x7F00_0000, 0xFE), // 2^127
+        (0x7F40_0000, 0xFF), // 1.5 * 2^127 rounds to 2^128: NaN
+        (0x0000_0000, 0xFF), // zero: no code
+        (0xBF80_0000, 0xFF), // negative
+        (0x7F80_0000, 0xFF), // infinity
+        (0x7FC0_0000, 0xFF), // NaN
+    ];
+    let xs: Vec<f32> = cases.iter().map(|&(b, _)| f32::from_bits(b)).collect();
+    let mut codes = vec![0u8; xs.len()];
+    quant::f32_to_e8m0(&xs, &mut codes).unwrap();
+    for ((b, want), got) in cases.iter().zip(&codes) {
+        assert_eq!(*got, *want, "f32 {b:08x} -> E8M0");
+    }
+    let mut back = vec![0f32; 256];
+    quant::e8m0_to_f32(&(0..=255u8).collect::<Vec<_>>(), &mut back).unwrap();
+    assert_eq!(back[0].to_bits(), 0x0040_0000);
+    assert_eq!(back[127], 1.0);
+    assert_eq!(back[254].to_bits(), 0x7F00_0000);
+    assert_eq!(back[255].to_bits(), 0x7FC0_0000);
+}
+
+/// SPEC.md §4.7: the NVFP4 tensor scale is at least 2^-143, a scale the quantizer accepts, and
+/// every code of a NaN-scale block decodes to the scale's NaN, `sign | 0x7FC00000` (0x7FC00000
+/// for the 0x7F the quantizer writes); fp8 NaN codes decode to `sign | 0x7FC00000`. On every
+/// backend.
+#[test]
+fn nvfp4_scales_and_decoded_nans_are_as_specified() {
+    let ctx = StepContext::new(1, 1);
+    let s = TensorStream::new(0);
+    for e in common::available_engines("quant", true) {
+        let b = e.backend();
+        let mut tiny = vec![0f32; 40];
+        tiny[17] = f32::from_bits(0x100); // amax / 2688 underflows to 0
+        let pts = e.nvfp4_tensor_scale(&tiny).unwrap();
+        assert_eq!(pts.to_bits(), 1 << 6, "{b}: 2^-143");
+        let (mut packed, mut scales) = (vec![0u8; 20], vec![0u8; 3]);
+        e.quantize_nvfp4(
+            &tiny,
+            pts,
+            &mut packed,
+            &mut scales,
+            Rounding::NearestEven,
+            &ctx,
+            &s,
+        )
+        .unwrap();
+        let mut back = vec![0f32; 40];
+        e.dequantize_nvfp4(&packed, &scales, pts, &mut back)
+            .unwrap();
+        assert!(back[17] > 0.0 && back.iter().all(|v| v.is_finite()), "{b}");
+        let scale = f32::from_bits(0x0080_0000) * 0.75; // normal amax: the plain quotient
+        assert_eq!(
+            e.nvfp4_tensor_scale(&[scale * 2688.0]).unwrap(),
+            scale,
+            "{b}"
+        );
+
+        // Every code of a NaN-scale block decodes to the scale's quiet NaN, whatever its own sign.
+        let packed: Vec<u8> = (0..=255u8).collect();
+        let mut out = vec![0f32; 512];
+        e.dequantize_nvfp4(&packed, &[0x7F; 32], 1.0, &mut out)
+            .unwrap();
+        assert!(
+            out.iter().all(|v| v.to_bits() == 0x7FC0_0000),
+            "{b}: NVFP4 NaN block"
+        );
+        e.dequantize_nvfp4(&packed, &[0xFF; 32], 1.0, &mut out)
+            .unwrap();
+        assert!(
+            out.iter().all(|v| v.to_bits() == 0xFFC0_0000),
+            "{b}: NVFP4 -NaN block"
+        );
+        e.dequantize_mxfp4(&packed, &[0xFF; 16], &mut out).unwrap();
+        assert!(
+            out.iter().all(|v| v.to_bits() == 0x7FC0_0000),
+            "{b}: MXFP4 NaN block"
+        );
+        let mut nan = [0f32; 4];
+        e.fp8_to_f32(&[0x7F, 0xFF, 0x7F, 0xFF], &mut nan, Fp8::E4M3)
+            .unwrap();
+        let bits: Vec<u32> = nan.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(
+            bits,
+            [0x7FC0_0000, 0xFFC0_0000, 0x7FC0_0000, 0xFFC0_0000],
+            "{b}: E4M3"
+        );
+        e.fp8_to_f32(&[0x7D, 0xFE, 0x7C, 0xFC], &mut nan, Fp8::E5M2)
+            .unwrap();
+        let bits: Vec<u32> = nan.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(
+            bits,
+            [0x7FC0_0000, 0xFFC0_0000, 0x7F80_0000, 0xFF80_0000],
+            "{b}: E5M2"
+        );
+    }
+}

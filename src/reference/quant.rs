@@ -173,15 +173,19 @@ pub const NVFP4_BLOCK: usize = 16;
 /// Elements per MXFP4 block.
 pub const MXFP4_BLOCK: usize = 32;
 
-/// NVFP4's per-tensor scale from the tensor's amax bits: `amax / 2688` (448 · 6) in f32; 1 for an
-/// all-zero tensor; NaN for a tensor holding NaN or infinity.
+/// The least NVFP4 tensor scale [`nvfp4_tensor_scale`] returns: 2^-143, so that `pts · s` is at
+/// least 2^-149 (not 0) for every block scale `s >= 2^-6`.
+pub const NVFP4_MIN_TENSOR_SCALE: f32 = f32::from_bits(1 << (149 - 143));
+
+/// NVFP4's per-tensor scale from the tensor's amax bits: `max(amax / 2688, 2^-143)` (2688 = 448 · 6)
+/// in f32; 1 for an all-zero tensor; NaN for a tensor holding NaN or infinity.
 pub fn nvfp4_tensor_scale(amax: u32) -> f32 {
     if amax >= 0x7F80_0000 {
         f32::NAN
     } else if amax == 0 {
         1.0
     } else {
-        f32::from_bits(amax) / 2688.0
+        (f32::from_bits(amax) / 2688.0).max(NVFP4_MIN_TENSOR_SCALE)
     }
 }
 
