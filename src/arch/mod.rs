@@ -117,6 +117,25 @@ pub(crate) trait Simd: Copy + 'static + crate::kernels::BitsFill {
     unsafe fn aes_enc(a: Self::U, round_key: Self::U) -> Self::U;
     /// The last round, without MixColumns, as x86's `AESENCLAST`.
     unsafe fn aes_enc_last(a: Self::U, round_key: Self::U) -> Self::U;
+    /// Whether the backend has a faster form of the same AES rounds that only some of its CPUs
+    /// run ([`Self::aes_enc_wide`]; AVX2: one 256-bit `VAESENC`, on Ice Lake, Zen 3 and later,
+    /// instead of two 128-bit `AESENC` and the moves between halves), chosen at run time once per
+    /// stream ([`Self::wide_aes`]). The bits are the same either way.
+    const WIDE_AES: bool = false;
+    /// Whether this CPU runs [`Self::aes_enc_wide`] (detected once).
+    fn wide_aes() -> bool {
+        false
+    }
+    /// [`Self::aes_enc`] in the wide form (only called when [`Self::wide_aes`]).
+    #[inline(always)]
+    unsafe fn aes_enc_wide(a: Self::U, round_key: Self::U) -> Self::U {
+        unsafe { Self::aes_enc(a, round_key) }
+    }
+    /// [`Self::aes_enc_last`] in the wide form (only called when [`Self::wide_aes`]).
+    #[inline(always)]
+    unsafe fn aes_enc_last_wide(a: Self::U, round_key: Self::U) -> Self::U {
+        unsafe { Self::aes_enc_last(a, round_key) }
+    }
     /// Counter vectors whose ARS rounds run interleaved (`kernels::GroupBits`), a multiple of the
     /// `16 / LANES` vectors of one 32-element group: a round is one instruction whose latency
     /// (3-4 cycles) is several times its issue interval, so one vector at a time would leave the

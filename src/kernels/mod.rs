@@ -189,6 +189,8 @@ struct CounterConsts<V: Simd> {
     word0: V::U,
     /// The round keys of ARS-5, each repeated in every block.
     keys: [V::U; 6],
+    /// The rounds run in the backend's wide form ([`Simd::WIDE_AES`]).
+    wide: bool,
 }
 
 /// Counter vectors of the largest span.
@@ -197,6 +199,31 @@ const MAX_RNG_VECTORS: usize = 8;
 /// Never a group (groups are below 2^46), and far enough below `u64::MAX` that `g - NO_SPAN`
 /// (wrapping) is at least any span for every group `g`.
 const NO_SPAN: u64 = u64::MAX - 255;
+
+/// ARS-5's rounds 1-5 on the first [`Simd::RNG_VECTORS`] vectors of `x` (round 0, the key
+/// XOR, done), in the backend's wide form or not. Round by round across the vectors, so that
+/// independent AES instructions issue back to back.
+#[inline(always)]
+unsafe fn ars_rounds<V: Simd, const WIDE: bool>(x: &mut [V::U; MAX_RNG_VECTORS], keys: &[V::U; 6]) {
+    unsafe {
+        for key in &keys[1..5] {
+            for x in x.iter_mut().take(V::RNG_VECTORS) {
+                *x = if WIDE {
+                    V::aes_enc_wide(*x, *key)
+                } else {
+                    V::aes_enc(*x, *key)
+                };
+            }
+        }
+        for x in x.iter_mut().take(V::RNG_VECTORS) {
+            *x = if WIDE {
+                V::aes_enc_last_wide(*x, keys[5])
+            } else {
+                V::aes_enc_last(*x, keys[5])
+            };
+        }
+    }
+}
 
 /// A vector whose block `i` (lanes `4i .. 4i + 4`) is `f(i)`.
 #[inline(always)]
@@ -234,6 +261,7 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
                     template: V::splat_u(0),
                     word0: V::splat_u(0),
                     keys: [V::splat_u(0); 6],
+                    wide: false,
                 },
             }
         }
@@ -253,6 +281,7 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
             for (v, key) in k.keys.iter_mut().zip(keys) {
                 *v = per_block::<V>(|_| key);
             }
+            k.wide = V::WIDE_AES && V::wide_aes();
         }
     }
 
@@ -294,15 +323,10 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
                 *x = V::xor_u(ctr, k.keys[0]);
                 ctr = V::add_u(ctr, step);
             }
-            // Round by round across the vectors, so that independent AES instructions issue
-            // back to back.
-            for key in &k.keys[1..5] {
-                for x in x.iter_mut().take(V::RNG_VECTORS) {
-                    *x = V::aes_enc(*x, *key);
-                }
-            }
-            for x in x.iter_mut().take(V::RNG_VECTORS) {
-                *x = V::aes_enc_last(*x, k.keys[5]);
+            if V::WIDE_AES && k.wide {
+                ars_rounds::<V, true>(&mut x, &k.keys);
+            } else {
+                ars_rounds::<V, false>(&mut x, &k.keys);
             }
             x
         }
@@ -622,9 +646,19 @@ pub(crate) mod checks {
             unsafe fn avx512() {
                 unsafe { check_fill::<crate::arch::x86_64::avx512::Avx512>("avx512") }
             }
+            use crate::arch::x86_64::set_vaes_rounds;
             use crate::dispatch::Backend;
             if Backend::Avx2.is_available() {
+                // Both forms of the rounds: 128-bit AES-NI, and 256-bit VAES where the CPU has it.
+                set_vaes_rounds(Some(false));
                 unsafe { avx2() }
+                if std::is_x86_feature_detected!("vaes") {
+                    set_vaes_rounds(Some(true));
+                    unsafe { avx2() }
+                } else {
+                    eprintln!("skipping avx2 with VAES: this CPU lacks it");
+                }
+                set_vaes_rounds(None);
             } else {
                 eprintln!("skipping avx2: this CPU lacks it");
             }

@@ -180,6 +180,18 @@ impl Simd for Avx2 {
             opaque(_mm256_set_m128i(hi, lo))
         }
     }
+    const WIDE_AES: bool = true;
+    fn wide_aes() -> bool {
+        super::vaes_rounds()
+    }
+    #[inline(always)]
+    unsafe fn aes_enc_wide(a: __m256i, round_key: __m256i) -> __m256i {
+        unsafe { vaesenc(a, round_key) }
+    }
+    #[inline(always)]
+    unsafe fn aes_enc_last_wide(a: __m256i, round_key: __m256i) -> __m256i {
+        unsafe { vaesenclast(a, round_key) }
+    }
     const RNG_VECTORS: usize = 4;
     const RNG_FILL_OPAQUE: bool = true;
     const HAS_PREFETCH: bool = true;
@@ -375,6 +387,46 @@ impl Simd for Avx2 {
             out
         }
     }
+}
+
+/// One AES round on both 128-bit halves of `x` (`VAESENC`). `asm!`, because the intrinsic needs
+/// `vaes` in the caller's target features, which would exclude the AVX2 CPUs without it from the
+/// whole backend.
+///
+/// # Safety
+/// The CPU must have VAES (`super::vaes_rounds`).
+#[inline]
+#[target_feature(enable = "avx")]
+unsafe fn vaesenc(mut x: __m256i, round_key: __m256i) -> __m256i {
+    // SAFETY: registers only; the caller checked VAES.
+    unsafe {
+        core::arch::asm!(
+            "vaesenc {x}, {x}, {k}",
+            x = inout(ymm_reg) x,
+            k = in(ymm_reg) round_key,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    x
+}
+
+/// The last AES round on both halves (`VAESENCLAST`), as [`vaesenc`].
+///
+/// # Safety
+/// As [`vaesenc`].
+#[inline]
+#[target_feature(enable = "avx")]
+unsafe fn vaesenclast(mut x: __m256i, round_key: __m256i) -> __m256i {
+    // SAFETY: as `vaesenc`.
+    unsafe {
+        core::arch::asm!(
+            "vaesenclast {x}, {x}, {k}",
+            x = inout(ymm_reg) x,
+            k = in(ymm_reg) round_key,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    x
 }
 
 /// `x`, hidden from LLVM's shuffle combining (an empty `asm!`, no instruction): it cannot merge
