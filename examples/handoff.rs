@@ -1,5 +1,5 @@
 //! What entering a rayon pool costs: the fixed price of every group step that goes to a pool
-//! (BENCHMARKS.md, "Hand-off").
+//! (docs/DESIGN.md, "Parallel driver").
 //!
 //! `cargo run --release --example handoff -- [threads]` (default 2). Each call forks two halves
 //! of `w` µs of spinning with `join` (w = 0 and 20), and the time per call is printed for:

@@ -229,11 +229,12 @@ hs_threads *hs_threads_calling_thread(uint32_t n);
 // calling thread alone, larger ones are cut into pieces of at least a quarter of it. It is
 // rounded up to a multiple of 2048 (a LAMB norm block). The default is 65536 for
 // `hs_threads_new`, and 16384 for `hs_threads_calling_thread(n >= 2)`, whose pool pays no
-// hand-off (both chosen by benchmark: BENCHMARKS.md, "Grain"). Only where work runs changes,
+// hand-off (both chosen by benchmark: docs/DESIGN.md, "Parallel driver"). Only where work runs changes,
 // never the bits. `HS_NULL_POINTER`, or `HS_INVALID_ARGUMENT` for `elements == 0`; on an error
 // the grain is unchanged. Not while a step on another thread uses the same handle (each
 // `hs_threads_calling_thread` call gives its own handle to the pool, with its own grain).
-hs_status hs_threads_set_grain(hs_threads *threads, size_t elements);
+hs_status hs_threads_set_grain(hs_threads *threads,
+                               size_t elements);
 
 // The grain of `threads` in elements (see `hs_threads_set_grain`); 0 for NULL.
 size_t hs_threads_grain(const hs_threads *threads);

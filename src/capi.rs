@@ -850,7 +850,7 @@ pub extern "C" fn hs_threads_calling_thread(n: u32) -> *mut hs_threads {
 /// calling thread alone, larger ones are cut into pieces of at least a quarter of it. It is
 /// rounded up to a multiple of 2048 (a LAMB norm block). The default is 65536 for
 /// `hs_threads_new`, and 16384 for `hs_threads_calling_thread(n >= 2)`, whose pool pays no
-/// hand-off (both chosen by benchmark: BENCHMARKS.md, "Grain"). Only where work runs changes,
+/// hand-off (both chosen by benchmark: docs/DESIGN.md, "Parallel driver"). Only where work runs changes,
 /// never the bits. `HS_NULL_POINTER`, or `HS_INVALID_ARGUMENT` for `elements == 0`; on an error
 /// the grain is unchanged. Not while a step on another thread uses the same handle (each
 /// `hs_threads_calling_thread` call gives its own handle to the pool, with its own grain).

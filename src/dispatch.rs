@@ -198,7 +198,7 @@ pub const PREFETCH_ENV: &str = "HALFSTEP_PREFETCH";
 /// Whether the x86 backends issue software prefetches on long runs (optimizer steps, stochastic
 /// conversions; a hint that never changes a bit). `auto` (the default) turns them on for Intel
 /// CPUs only: on a Sapphire Rapids host 64M-element steps took 1.05–1.30× the time without them,
-/// while on the Zen 4 VM the same steps took 0.85–0.95× the time without them (BENCHMARKS.md,
+/// while on the Zen 4 VM the same steps took 0.85–0.95× the time without them (BENCHMARKS.md's history,
 /// "Software prefetching on AMD").
 /// Decided once per process; a value other than `on`, `off` or `auto` is reported on stderr once
 /// and read as `auto`.

@@ -15,7 +15,7 @@
 //!
 //! Where the caller stands matters for small steps: a thread outside the pool hands the whole
 //! step over and sleeps until it comes back, which costs 8–17 µs per call on the 2-core development
-//! VM and ~28 µs on 16 cores (BENCHMARKS.md, "Hand-off"). [`Threads::calling_thread_pool`] makes the calling thread one of
+//! VM and ~28 µs on 16 cores (`examples/handoff.rs`; docs/DESIGN.md, "Parallel driver"). [`Threads::calling_thread_pool`] makes the calling thread one of
 //! the pool's threads instead, as OpenMP's master thread is one of its team.
 
 use std::cell::RefCell;
@@ -32,7 +32,7 @@ use crate::reference::norm::NORM_BLOCK;
 pub const SPLIT_ALIGN: usize = NORM_BLOCK;
 
 /// The default grain: groups of at most this many elements stay on the calling thread. Chosen by
-/// benchmark for pools the caller hands its steps to (BENCHMARKS.md, "Grain"): on 16 cores the
+/// benchmark for pools the caller hands its steps to (docs/DESIGN.md, "Parallel driver"): on 16 cores the
 /// pool wins from 32K–64K elements, on the 2-core development VM from 128K–256K; 64K is the
 /// compromise. A [`Threads::calling_thread_pool`] pays no hand-off and has a finer one
 /// ([`calling_thread_grain`]).
@@ -40,7 +40,7 @@ pub const DEFAULT_GRAIN: usize = 64 * 1024;
 
 /// The default grain of a [`Threads::calling_thread_pool`] of `threads` threads: 16K elements
 /// (one thread: [`DEFAULT_GRAIN`], as cutting gains nothing there). Such a pool pays no hand-off,
-/// so splitting pays from smaller groups than [`DEFAULT_GRAIN`] (BENCHMARKS.md, "Grain of the
+/// so splitting pays from smaller groups than [`DEFAULT_GRAIN`] (BENCHMARKS.md's history, "Grain of the
 /// calling thread's pool"): on the 16-core Sapphire Rapids host, with 2, 4 and 16 threads, 16K
 /// was the best grain, or within the spread of the best, for every optimizer at 32K and 64K
 /// elements (up to 60% less time than one thread; SGD at 32K on 16 threads even). On the 2-core

@@ -187,16 +187,21 @@ def main():
             f.write(svg(name, kernels[name], peers, peer_name))
         parts.append(table(name, kernels[name], peers)
                      + (f"\n\nPeer: {peer_name}." if peer_name else "")
-                     + f"\n\n![{name}](docs/bench/{name}.svg)")
+                     + f"\n\n![{name}]({name}.svg)")
     peer_note = (f"Peer columns: `tools/peers_side_by_side.py` (torch {torch_version}), same sizes and threads."
                  if peers else "No peer results (target/peers.json) were present for this report.")
     body = "\n\n".join([peer_note] + parts)
-    text = replace_section(open(a.out).read(), "kernels", body)
+    matrix = os.path.join(ROOT, "docs", "bench", "kernels.md")
+    with open(matrix) as f:
+        kept = replace_section(f.read(), "kernels", body)
+    with open(matrix, "w") as f:
+        f.write(kept)
+    text = open(a.out).read()
     if peers:
         text = replace_section(text, "peers", peers_table(a.peers))
     text = replace_section(text, "instructions", instructions_table())
     open(a.out, "w").write(text)
-    print(f"{len(kernels)} kernels: tables in {a.out}, plots in docs/bench/")
+    print(f"{len(kernels)} kernels: tables in {matrix}, plots in docs/bench/; peers and instructions in {a.out}")
 
 
 def peers_table(path):
@@ -223,7 +228,7 @@ def instructions_table():
 def replace_section(text, name, body):
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     if begin not in text:
-        raise SystemExit(f"BENCHMARKS.md lacks the {begin} ... {end} markers")
+        raise SystemExit(f"the {begin} ... {end} markers are missing")
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
     return f"{head}{begin}\n{body}\n{end}{tail}"

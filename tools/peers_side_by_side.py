@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""halfstep next to the peers it replaces, in one session: IPEX's split-weight fused optimizer
+"""halfstep next to the peers it replaces, in one process: IPEX's split-weight fused optimizer
 kernels and PyTorch's fused CPU optimizers (all f32), each timed here (median of 5 batches, ns per
 parameter), and halfstep's equivalent step timed right after it by examples/step_timer.rs with the
 same schedule. Prints a markdown table with the ratio peer / halfstep (> 1: halfstep is faster).
@@ -14,7 +14,7 @@ With `--json FILE` the rows are also written to FILE for tools/bench_report.py (
 examples/lamb_traffic_floor.rs: the bytes, square roots and divisions any LAMB needs, and nothing else), and adds its column and
 peer / floor: where that is under 2, no LAMB on this machine can be twice as fast as the peer.
 step_timer inherits the environment: with `STEP_TIMER_PAGE_OFFSETS=64,64,832,1600,3136` halfstep's buffers
-lie where its PyTorch package puts them (each state at its own slot in the weight's page; BENCHMARKS.md,
+lie where its PyTorch package puts them (each state at its own slot in the weight's page; BENCHMARKS.md's history,
 "Peers at 64M with halfstep's buffers where its package puts them"); by default one after another.
 """
 import argparse

@@ -445,7 +445,7 @@ const CONVERT_PREFETCH_AHEAD: isize = 1024;
 /// stochastic ones gained most: their random-bit fills are bursts of arithmetic with no loads, through
 /// which the hardware prefetchers' streams fell behind (bf16 SR at 64M on the 16-core Xeon host, Sapphire
 /// Rapids: 0.866 → 0.603 ns per element). Nearest-even gained there too: bf16 and e4m3 at 16M–64M
-/// took 0.55–0.80× the time, f16 (one `vcvtps2ph`) 0.84–1.06×, 1M–4M 0.80–1.03× (BENCHMARKS.md,
+/// took 0.55–0.80× the time, f16 (one `vcvtps2ph`) 0.84–1.06×, 1M–4M 0.80–1.03× (BENCHMARKS.md's history,
 /// "Prefetching the stochastic conversions" and "Nearest-even conversions and fp4 quantizers").
 #[inline(always)]
 fn convert_prefetches<V: Simd>(n: usize) -> bool {

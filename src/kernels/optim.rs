@@ -931,7 +931,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     /// heap, and so PyTorch's) lie their size plus 64 bytes apart. Where that size is a multiple
     /// of 1 MiB, a load from one buffer falls one chunk after a store to the buffer allocated
     /// after it, at an address equal modulo 1 MiB, and on Sapphire Rapids the in-order loop ran
-    /// 2-3x slower (BENCHMARKS.md, "Buffers 64 bytes past a multiple of 1 MiB"). The bits are
+    /// 2-3x slower (docs/DESIGN.md, "SIMD backends"). The bits are
     /// the same: a chunk still reads only its own elements, and a call's buffers never overlap.
     ///
     /// And, where the weights are split, loaded and stored in groups of [`Simd::STORE_GROUP`]
@@ -941,7 +941,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     /// each other at every access, and stores retire in order. A split tensor of 64M elements,
     /// allocated as two 128 MiB buffers one after another (PyTorch, glibc), collides along half
     /// its length; chunk by chunk, split SGD ran 1.6x slower on AVX-512 and 2.7x on AVX2 than
-    /// with the buffers apart (BENCHMARKS.md, "AMD's µtag"). Grouped, a group's accesses to one
+    /// with the buffers apart (docs/DESIGN.md). Grouped, a group's accesses to one
     /// line follow each other. Same bits: each chunk is computed as alone, in the same order.
     #[inline(always)]
     unsafe fn full_run(&mut self, off: isize, e: u64, end: u64) {
