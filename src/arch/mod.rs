@@ -118,9 +118,10 @@ pub(crate) trait Simd: Copy + 'static + crate::kernels::BitsFill {
     /// The last round, without MixColumns, as x86's `AESENCLAST`.
     unsafe fn aes_enc_last(a: Self::U, round_key: Self::U) -> Self::U;
     /// Whether the backend has a faster form of the same AES rounds that only some of its CPUs
-    /// run ([`Self::aes_enc_wide`]; AVX2: one 256-bit `VAESENC`, on Ice Lake, Zen 3 and later,
+    /// run ([`Self::aes_enc_wide`]; AVX2: one 256-bit `VAESENC`, on Zen 3, Alder Lake and later,
     /// instead of two 128-bit `AESENC` and the moves between halves), chosen at run time once per
-    /// stream ([`Self::wide_aes`]). The bits are the same either way.
+    /// stream ([`Self::wide_aes`]) by the kernels that use it (`kernels::GroupBits::WIDE_AES`).
+    /// The bits are the same either way.
     const WIDE_AES: bool = false;
     /// Whether this CPU runs [`Self::aes_enc_wide`] (detected once).
     fn wide_aes() -> bool {

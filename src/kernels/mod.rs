@@ -238,6 +238,11 @@ unsafe fn per_block<V: Simd>(f: impl Fn(usize) -> [u32; 4]) -> V::U {
 impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
     /// Output vectors per group (16 words).
     const PER_GROUP: usize = 16 / V::LANES;
+    /// Whether this span cache may run the backend's wide AES rounds ([`Simd::WIDE_AES`]): only
+    /// the bulk fill (`WORDS`). In the rounding kernels the run-time choice between the two forms
+    /// changed the code LLVM made for the whole loop: on a CPU without VAES (AVX2, 128-bit rounds)
+    /// they ran 1–6% slower, LAMB's split layout, which draws no bits, among them (docs/DESIGN.md).
+    const WIDE_AES: bool = V::WIDE_AES && WORDS;
     /// Groups per fill: one pass of [`Simd::RNG_VECTORS`] counter vectors.
     pub(crate) const SPAN: u64 = {
         let span = V::RNG_VECTORS / Self::PER_GROUP;
@@ -281,7 +286,7 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
             for (v, key) in k.keys.iter_mut().zip(keys) {
                 *v = per_block::<V>(|_| key);
             }
-            k.wide = V::WIDE_AES && V::wide_aes();
+            k.wide = Self::WIDE_AES && V::wide_aes();
         }
     }
 
@@ -323,7 +328,7 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
                 *x = V::xor_u(ctr, k.keys[0]);
                 ctr = V::add_u(ctr, step);
             }
-            if V::WIDE_AES && k.wide {
+            if Self::WIDE_AES && k.wide {
                 ars_rounds::<V, true>(&mut x, &k.keys);
             } else {
                 ars_rounds::<V, false>(&mut x, &k.keys);

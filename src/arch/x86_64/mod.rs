@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// Whether the AVX2 backend runs its AES rounds as 256-bit `VAESENC`: 0 undecided, 1 no, 2 yes.
 static VAES_ROUNDS: AtomicU8 = AtomicU8::new(0);
 
-/// Whether the AVX2 backend's AES rounds use VAES: when the CPU has it, unless
+/// Whether the AVX2 backend's bulk random-bit fill runs its AES rounds on VAES: when the CPU has it, unless
 /// `HALFSTEP_VAES=off` (for testing the 128-bit path on a CPU that has both). The bits are the
 /// same either way.
 pub(crate) fn vaes_rounds() -> bool {
@@ -24,6 +24,7 @@ pub(crate) fn vaes_rounds() -> bool {
 }
 
 /// Overrides [`vaes_rounds`] (`None`: back to detection), for the tests of both paths.
+#[cfg(feature = "fuzzing")]
 pub(crate) fn set_vaes_rounds(on: Option<bool>) {
     let v = match on {
         None => 0,
