@@ -583,3 +583,64 @@ fn nvfp4_scales_and_decoded_nans_are_as_specified() {
         );
     }
 }
+
+/// SPEC.md §3.2: a stochastic conversion or quantizer called with `(stream_id, index_base)` rounds
+/// value `i` with `r16(index_base + i)` of purpose 0 (Weights) and `tensor_id = stream_id`, counting
+/// `i` from the slice start across blocks; on every backend, against the formula.
+#[test]
+fn quantizers_draw_the_bits_of_index_base_plus_i_with_purpose_weights() {
+    use halfstep::reference::bits::{BitsCoord, element_bits};
+    let (seed, step, id, base) = (9u64, 3u32, 5u32, 1000u64);
+    let ctx = StepContext::new(seed, step);
+    let stream = TensorStream {
+        id,
+        index_base: base,
+    };
+    let coord = BitsCoord {
+        seed,
+        step,
+        stream_word: id << 4,
+        replica_slot: 0,
+    };
+    let r = |i: usize| Mode::Stochastic(element_bits(&coord, base + i as u64));
+    let mut g = rng(31);
+    let x: Vec<f32> = (0..77)
+        .map(|i| {
+            let v = log_uniform(&mut g, -8, 3);
+            if i % 3 == 0 { -v } else { v }
+        })
+        .collect();
+    let fp8: Vec<u8> = x
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| q::f32_to(E4M3, v, r(i)))
+        .collect();
+    let n = x.len();
+    let (mut nv_p, mut nv_s) = (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(16)]);
+    q::quantize_nvfp4(&x, 0.01, &mut nv_p, &mut nv_s, r);
+    let (mut mx_p, mut mx_s) = (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(32)]);
+    q::quantize_mxfp4(&x, &mut mx_p, &mut mx_s, r);
+    for e in common::available_engines("quant", true) {
+        let b = e.backend();
+        let mut got = vec![0u8; n];
+        e.f32_to_fp8(&x, &mut got, Fp8::E4M3, Rounding::Stochastic, &ctx, &stream)
+            .unwrap();
+        assert_eq!(got, fp8, "{b}: e4m3");
+        let (mut p, mut s) = (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(16)]);
+        e.quantize_nvfp4(
+            &x,
+            0.01,
+            &mut p,
+            &mut s,
+            Rounding::Stochastic,
+            &ctx,
+            &stream,
+        )
+        .unwrap();
+        assert_eq!((p, s), (nv_p.clone(), nv_s.clone()), "{b}: nvfp4");
+        let (mut p, mut s) = (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(32)]);
+        e.quantize_mxfp4(&x, &mut p, &mut s, Rounding::Stochastic, &ctx, &stream)
+            .unwrap();
+        assert_eq!((p, s), (mx_p.clone(), mx_s.clone()), "{b}: mxfp4");
+    }
+}
