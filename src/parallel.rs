@@ -14,9 +14,9 @@
 //!   of [`SPLIT_ALIGN`] (a LAMB norm block: a whole number of RNG groups and of cache lines).
 //!
 //! Where the caller stands matters for small steps: a thread outside the pool hands the whole
-//! step over and sleeps until it comes back, which costs 8–17 µs per call on the 2-core development
-//! VM and ~28 µs on 16 cores (`examples/handoff.rs`; docs/DESIGN.md, "Parallel driver"). [`Threads::calling_thread_pool`] makes the calling thread one of
-//! the pool's threads instead, as OpenMP's master thread is one of its team.
+//! step over and sleeps until it comes back, microseconds per call (`examples/handoff.rs`;
+//! docs/DESIGN.md, "Parallel driver"). [`Threads::calling_thread_pool`] makes the calling thread
+//! one of the pool's threads instead, as OpenMP's master thread is one of its team.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -32,20 +32,16 @@ use crate::reference::norm::NORM_BLOCK;
 pub const SPLIT_ALIGN: usize = NORM_BLOCK;
 
 /// The default grain: groups of at most this many elements stay on the calling thread. Chosen by
-/// benchmark for pools the caller hands its steps to (docs/DESIGN.md, "Parallel driver"): on 16 cores the
-/// pool wins from 32K–64K elements, on the 2-core development VM from 128K–256K; 64K is the
-/// compromise. A [`Threads::calling_thread_pool`] pays no hand-off and has a finer one
-/// ([`calling_thread_grain`]).
+/// benchmark for pools the caller hands its steps to: many cores gain from smaller groups than two
+/// do, and 64K is the compromise (docs/DESIGN.md, "Parallel driver"). A
+/// [`Threads::calling_thread_pool`] pays no hand-off and has a finer one ([`calling_thread_grain`]).
 pub const DEFAULT_GRAIN: usize = 64 * 1024;
 
 /// The default grain of a [`Threads::calling_thread_pool`] of `threads` threads: 16K elements
 /// (one thread: [`DEFAULT_GRAIN`], as cutting gains nothing there). Such a pool pays no hand-off,
-/// so splitting pays from smaller groups than [`DEFAULT_GRAIN`] (BENCHMARKS.md's history, "Grain of the
-/// calling thread's pool"): on the 16-core Sapphire Rapids host, with 2, 4 and 16 threads, 16K
-/// was the best grain, or within the spread of the best, for every optimizer at 32K and 64K
-/// elements (up to 60% less time than one thread; SGD at 32K on 16 threads even). On the 2-core
-/// Zen 5 VM, whose elements cost about a quarter of the time, 2 threads gain from 64K (Adagrad,
-/// Adam and LAMB from 48K) and are within the runs' spread of one thread at 32K.
+/// so splitting pays from smaller groups than [`DEFAULT_GRAIN`]; 16K was the best grain, or within
+/// the spread of the best, for every optimizer at 32K and 64K elements on 2, 4 and 16 threads of
+/// the 16-core Xeon host (docs/DESIGN.md, "Parallel driver").
 pub const fn calling_thread_grain(threads: usize) -> usize {
     match threads {
         0 | 1 => DEFAULT_GRAIN,
