@@ -308,7 +308,7 @@ hs_status hs_f32_to_e8m0(const float *src, uint8_t *dst, size_t len);
 // E8M0 scale codes -> f32, exact (0xFF gives NaN `0x7FC00000`).
 hs_status hs_e8m0_to_f32(const uint8_t *src, float *dst, size_t len);
 
-// NVFP4's per-tensor scale of `src` into `*out` (`amax / 2688`; 1 for all zeros).
+// NVFP4's per-tensor scale of `src` into `*out` (`max(amax / 2688, 2^-143)`; 1 for all zeros).
 hs_status hs_nvfp4_tensor_scale(const float *src, size_t len, float *out);
 
 // NVFP4-quantizes `len` floats (SPEC.md §4.7): `packed` gets `ceil(len / 2)` bytes, `scales`

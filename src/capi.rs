@@ -422,6 +422,20 @@ fn check_ptr<T>(p: *const T, len: usize, what: &'static str) -> Result<(), Fail>
     region(p, len, arg(what)).map(drop)
 }
 
+/// An element-wise conversion's `len` sources and `len` destinations, checked as
+/// [`check_buffers`] (`src` and `dst` must not overlap), as slices.
+unsafe fn src_dst<'a, S, D>(
+    src: *const S,
+    dst: *mut D,
+    len: usize,
+) -> Result<(&'a [S], &'a mut [D]), Fail> {
+    check_buffers([
+        region(src, len, arg("src")),
+        region(dst.cast_const(), len, arg("dst")),
+    ])?;
+    Ok(unsafe { (slice(src, len), slice_mut(dst, len)) })
+}
+
 /// A slice over a checked pointer (dangling for `len == 0`).
 unsafe fn slice<'a, T>(p: *const T, len: usize) -> &'a [T] {
     if len == 0 {
@@ -977,20 +991,15 @@ pub unsafe extern "C" fn hs_f32_to_16(
     index_base: u64,
 ) -> hs_status {
     guard(|| {
-        check_buffers([
-            region(src, len, arg("src")),
-            region(dst.cast_const(), len, arg("dst")),
-        ])?;
         let ctx = context(ctx)?;
         let r = rounding(rounding_mode)?;
         let stream = stream_of(stream_id, index_base);
         let e = engine()?;
-        let src = unsafe { slice(src, len) };
         if to_f16 != 0 {
-            let dst = unsafe { slice_mut(dst.cast::<f16>(), len) };
+            let (src, dst) = unsafe { src_dst(src, dst.cast::<f16>(), len)? };
             e.f32_to_f16(src, dst, r, &ctx, &stream)?;
         } else {
-            let dst = unsafe { slice_mut(dst.cast::<bf16>(), len) };
+            let (src, dst) = unsafe { src_dst(src, dst.cast::<bf16>(), len)? };
             e.f32_to_bf16(src, dst, r, &ctx, &stream)?;
         }
         Ok(())
@@ -1006,16 +1015,13 @@ pub unsafe extern "C" fn hs_16_to_f32(
     from_f16: u8,
 ) -> hs_status {
     guard(|| {
-        check_buffers([
-            region(src, len, arg("src")),
-            region(dst.cast_const(), len, arg("dst")),
-        ])?;
         let e = engine()?;
-        let dst = unsafe { slice_mut(dst, len) };
         if from_f16 != 0 {
-            e.f16_to_f32(unsafe { slice(src.cast::<f16>(), len) }, dst)?;
+            let (src, dst) = unsafe { src_dst(src.cast::<f16>(), dst, len)? };
+            e.f16_to_f32(src, dst)?;
         } else {
-            e.bf16_to_f32(unsafe { slice(src.cast::<bf16>(), len) }, dst)?;
+            let (src, dst) = unsafe { src_dst(src.cast::<bf16>(), dst, len)? };
+            e.bf16_to_f32(src, dst)?;
         }
         Ok(())
     })
@@ -1126,13 +1132,9 @@ pub unsafe extern "C" fn hs_f32_to_fp8(
     index_base: u64,
 ) -> hs_status {
     guard(|| {
-        check_buffers([
-            region(src, len, arg("src")),
-            region(dst.cast_const(), len, arg("dst")),
-        ])?;
+        let (src, dst) = unsafe { src_dst(src, dst, len)? };
         let (f, r, ctx) = (fp8(format)?, rounding(rounding_mode)?, context(ctx)?);
         let stream = stream_of(stream_id, index_base);
-        let (src, dst) = unsafe { (slice(src, len), slice_mut(dst, len)) };
         Ok(engine()?.f32_to_fp8(src, dst, f, r, &ctx, &stream)?)
     })
 }
@@ -1146,12 +1148,8 @@ pub unsafe extern "C" fn hs_fp8_to_f32(
     format: u32,
 ) -> hs_status {
     guard(|| {
-        check_buffers([
-            region(src, len, arg("src")),
-            region(dst.cast_const(), len, arg("dst")),
-        ])?;
+        let (src, dst) = unsafe { src_dst(src, dst, len)? };
         let f = fp8(format)?;
-        let (src, dst) = unsafe { (slice(src, len), slice_mut(dst, len)) };
         Ok(engine()?.fp8_to_f32(src, dst, f)?)
     })
 }
@@ -1161,11 +1159,7 @@ pub unsafe extern "C" fn hs_fp8_to_f32(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hs_f32_to_e8m0(src: *const f32, dst: *mut u8, len: usize) -> hs_status {
     guard(|| {
-        check_buffers([
-            region(src, len, arg("src")),
-            region(dst.cast_const(), len, arg("dst")),
-        ])?;
-        let (src, dst) = unsafe { (slice(src, len), slice_mut(dst, len)) };
+        let (src, dst) = unsafe { src_dst(src, dst, len)? };
         Ok(crate::quant::f32_to_e8m0(src, dst)?)
     })
 }
@@ -1174,16 +1168,12 @@ pub unsafe extern "C" fn hs_f32_to_e8m0(src: *const f32, dst: *mut u8, len: usiz
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hs_e8m0_to_f32(src: *const u8, dst: *mut f32, len: usize) -> hs_status {
     guard(|| {
-        check_buffers([
-            region(src, len, arg("src")),
-            region(dst.cast_const(), len, arg("dst")),
-        ])?;
-        let (src, dst) = unsafe { (slice(src, len), slice_mut(dst, len)) };
+        let (src, dst) = unsafe { src_dst(src, dst, len)? };
         Ok(crate::quant::e8m0_to_f32(src, dst)?)
     })
 }
 
-/// NVFP4's per-tensor scale of `src` into `*out` (`amax / 2688`; 1 for all zeros).
+/// NVFP4's per-tensor scale of `src` into `*out` (`max(amax / 2688, 2^-143)`; 1 for all zeros).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hs_nvfp4_tensor_scale(
     src: *const f32,
