@@ -1,12 +1,13 @@
-//! Slice conversions between f32 and the 16-bit formats, and the Split-SGD split/combine.
+//! Slice conversions between f32 and the 16-bit formats, the Split-SGD split/combine, and the raw
+//! random bits every stochastic rounding draws ([`fill_element_bits`]).
 //! Stochastic modes draw their bits from the [`Purpose::Weights`] stream of `stream` at `ctx`.
 //! The free functions run on [`Engine::global`]; the same operations are methods of [`Engine`].
 
 use crate::dispatch::Engine;
 use crate::error::Result;
 use crate::reference::round::Rounding;
-use crate::rng::{Purpose, StepContext, TensorStream, coord};
-use crate::storage::{check_len, check_pair};
+use crate::rng::{Purpose, StepContext, TensorStream, checked_coord};
+use crate::storage::{check_len, check_nonempty, check_pair};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
@@ -23,9 +24,7 @@ fn narrow(
     stream: &TensorStream,
 ) -> Result<()> {
     check_pair(src.len(), dst.len(), "dst")?;
-    stream.check(src.len())?;
-    ctx.replica.slot()?;
-    let c = coord(ctx, stream, Purpose::Weights);
+    let c = checked_coord(ctx, stream, Purpose::Weights, src.len())?;
     kernel(src, dst, rounding, &c, stream.index_base);
     Ok(())
 }
@@ -140,4 +139,31 @@ pub fn split(src: &[f32], top: &mut [bf16], trail: &mut [u16]) -> Result<()> {
 /// Split-SGD (top, trail) -> f32 master weights. Exact.
 pub fn combine(top: &[bf16], trail: &[u16], dst: &mut [f32]) -> Result<()> {
     Engine::global()?.combine(top, trail, dst)
+}
+
+/// The random bits for elements `index_base .. index_base + out.len()` of one stream, in order,
+/// on [`Engine::global`]. Fails on an out-of-range stream, replica or index.
+pub fn fill_element_bits(
+    ctx: &StepContext,
+    stream: &TensorStream,
+    purpose: Purpose,
+    out: &mut [u16],
+) -> Result<()> {
+    Engine::global()?.fill_element_bits(ctx, stream, purpose, out)
+}
+
+impl Engine {
+    /// [`fill_element_bits`] on this engine's backend.
+    pub fn fill_element_bits(
+        &self,
+        ctx: &StepContext,
+        stream: &TensorStream,
+        purpose: Purpose,
+        out: &mut [u16],
+    ) -> Result<()> {
+        check_nonempty(out.len())?;
+        let c = checked_coord(ctx, stream, purpose, out.len())?;
+        (self.k.fill_bits)(&c, stream.index_base, out);
+        Ok(())
+    }
 }

@@ -75,7 +75,7 @@ pub enum Error {
     /// A backend this CPU or build target cannot run was requested.
     BackendUnavailable {
         /// The backend.
-        backend: crate::Backend,
+        backend: crate::cpu::Backend,
     },
     /// The calling thread's pool (`Threads::calling_thread_pool`) cannot be had with this many
     /// threads: the thread already has one of another size, or already works for another pool,
@@ -190,7 +190,7 @@ enum Comparable<'a> {
     ReplicaOutOfRange(u16),
     BadCheckpoint,
     UnknownBackend(&'a str),
-    BackendUnavailable(crate::Backend),
+    BackendUnavailable(crate::cpu::Backend),
     WorkspaceTooSmall(usize, usize),
     CallingThreadPool(usize, &'a str),
     Hyper,

@@ -905,8 +905,8 @@ pub mod internals {
 
     /// `HALFSTEP_PREFETCH` values, and `auto` on exactly for Intel CPUs.
     pub fn prefetch_setting() {
-        crate::dispatch::checks::prefetch_setting_reads_on_off_auto();
-        crate::dispatch::checks::prefetch_pays_on_intel_only();
+        crate::cpu::checks::prefetch_setting_reads_on_off_auto();
+        crate::cpu::checks::prefetch_pays_on_intel_only();
     }
 
     /// How many LAMB norm blocks a piece of a tensor touches.

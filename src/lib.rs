@@ -28,8 +28,8 @@
 //! ```
 
 // Unsafe code lives only in `arch` (intrinsics), `kernels` (raw pointers inside the chunk
-// driver), `dispatch` (calling target-feature entry points after detection) and `capi` (slices
-// from the caller's checked pointers).
+// driver), `dispatch` (calling target-feature entry points after detection), `cpu` (CPUID) and
+// `capi` (slices from the caller's checked pointers).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -37,6 +37,7 @@ mod arch;
 #[cfg(feature = "capi")]
 pub mod capi;
 pub mod convert;
+mod cpu;
 mod dispatch;
 mod error;
 #[cfg(feature = "fuzzing")]
@@ -48,8 +49,10 @@ pub mod quant;
 pub mod reference;
 pub mod rng;
 mod storage;
+mod tensors;
 
-pub use dispatch::{ALL_BACKENDS, BACKEND_ENV, Backend, Engine, PREFETCH_ENV, software_prefetch};
+pub use cpu::{ALL_BACKENDS, Backend, PREFETCH_ENV, software_prefetch};
+pub use dispatch::{BACKEND_ENV, Engine};
 pub use error::{Error, Result};
 pub use optim::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Checkpoint, LambConfig, LambTensor,

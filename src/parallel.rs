@@ -24,8 +24,8 @@ use std::sync::Arc;
 use rayon_core::ThreadPool;
 
 use crate::error::{Error, Result};
-use crate::optim::Step;
-use crate::reference::norm::NORM_BLOCK;
+use crate::reference::norm::{NORM_BLOCK, spanned_blocks};
+use crate::tensors::Pieces;
 
 /// Pieces are cut at global element indices that are multiples of this: one LAMB norm block,
 /// 16 RNG groups, 128 cache lines of f32 (or 64 of bf16).
@@ -196,15 +196,6 @@ impl Threads {
     }
 }
 
-/// Number of norm blocks (SPEC.md §7) that elements `base .. base + len` touch.
-pub(crate) fn blocks(base: u64, len: usize) -> usize {
-    if len == 0 {
-        return 0;
-    }
-    let b = NORM_BLOCK as u64;
-    ((base + len as u64).div_ceil(b) - base / b) as usize
-}
-
 /// Per-piece data that is cut along with the tensors: LAMB's block sums (cut at the same
 /// block), its per-tensor ratios (cut at tensor boundaries), its kept directions (cut at the
 /// same element), or nothing.
@@ -261,12 +252,12 @@ impl<A: Side, B: Side> Side for (A, B) {
 }
 
 /// What runs on one piece: a sub-range of one tensor with its side data.
-pub(crate) trait Leaf<C: Step, S: Side>: Sync {
+pub(crate) trait Leaf<C: Pieces, S: Side>: Sync {
     fn run(&self, t: C::Tensor<'_>, side: S);
 }
 
 /// Runs `leaf` over every element of `ts`, cut as the module documentation says.
-pub(crate) fn for_group<C: Step, S: Side, L: Leaf<C, S>>(
+pub(crate) fn for_group<C: Pieces, S: Side, L: Leaf<C, S>>(
     threads: &Threads,
     ts: &mut [C::Tensor<'_>],
     side: S,
@@ -278,7 +269,7 @@ pub(crate) fn for_group<C: Step, S: Side, L: Leaf<C, S>>(
 
 /// [`for_group`] inside a [`Threads::run`] the caller already holds (`piece` as it hands out), so
 /// that several passes over one group enter the pool once.
-pub(crate) fn for_pieces<C: Step, S: Side, L: Leaf<C, S>>(
+pub(crate) fn for_pieces<C: Pieces, S: Side, L: Leaf<C, S>>(
     piece: Option<usize>,
     ts: &mut [C::Tensor<'_>],
     side: S,
@@ -290,11 +281,11 @@ pub(crate) fn for_pieces<C: Step, S: Side, L: Leaf<C, S>>(
     }
 }
 
-fn tensor_blocks<C: Step>(t: &C::Tensor<'_>) -> usize {
-    blocks(C::tensor_base(t), C::tensor_len(t))
+fn tensor_blocks<C: Pieces>(t: &C::Tensor<'_>) -> usize {
+    spanned_blocks(C::tensor_base(t), C::tensor_len(t))
 }
 
-fn list<C: Step, S: Side, L: Leaf<C, S>>(
+fn list<C: Pieces, S: Side, L: Leaf<C, S>>(
     ts: &mut [C::Tensor<'_>],
     side: S,
     leaf: &L,
@@ -334,7 +325,7 @@ fn list<C: Step, S: Side, L: Leaf<C, S>>(
     );
 }
 
-fn range<C: Step, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, piece: usize) {
+fn range<C: Pieces, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, piece: usize) {
     let (len, base) = (C::tensor_len(&t), C::tensor_base(&t));
     // The aligned global index nearest the middle, strictly inside the range.
     let align = SPLIT_ALIGN as u64;
@@ -345,7 +336,7 @@ fn range<C: Step, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, p
         return;
     }
     let mid = (mid_e - base) as usize;
-    let (sa, sb) = side.cut(mid, blocks(base, mid), None);
+    let (sa, sb) = side.cut(mid, spanned_blocks(base, mid), None);
     let (a, b) = C::split_at(t, mid);
     rayon_core::join(
         || range::<C, S, L>(a, sa, leaf, piece),
@@ -360,12 +351,12 @@ pub(crate) mod checks {
 
     pub(crate) fn block_counts() {
         let b = NORM_BLOCK;
-        assert_eq!(blocks(0, 0), 0);
-        assert_eq!(blocks(0, 1), 1);
-        assert_eq!(blocks(0, b), 1);
-        assert_eq!(blocks(0, b + 1), 2);
-        assert_eq!(blocks(b as u64 - 1, 2), 2);
-        assert_eq!(blocks(b as u64 - 1, 1), 1);
-        assert_eq!(blocks(5, 3 * b), 4);
+        assert_eq!(spanned_blocks(0, 0), 0);
+        assert_eq!(spanned_blocks(0, 1), 1);
+        assert_eq!(spanned_blocks(0, b), 1);
+        assert_eq!(spanned_blocks(0, b + 1), 2);
+        assert_eq!(spanned_blocks(b as u64 - 1, 2), 2);
+        assert_eq!(spanned_blocks(b as u64 - 1, 1), 1);
+        assert_eq!(spanned_blocks(5, 3 * b), 4);
     }
 }

@@ -9,39 +9,10 @@
 
 use crate::dispatch::Engine;
 use crate::error::{Error, Result};
-use crate::kernels::quant::Fp4Scaling;
-use crate::reference::quant::{E4M3, E5M2, Format, MXFP4_BLOCK, NVFP4_BLOCK};
-use crate::rng::{Purpose, StepContext, TensorStream, coord};
+pub use crate::reference::quant::Fp8;
+use crate::reference::quant::{Fp4Scaling, MXFP4_BLOCK, NVFP4_BLOCK};
+use crate::rng::{Purpose, StepContext, TensorStream, checked_coord};
 use crate::storage::{Rounding, check_len, check_nonempty, check_pair};
-
-/// An fp8 format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Fp8 {
-    /// E4M3 (`float8_e4m3fn`): max 448, NaN, no infinity; overflow saturates.
-    E4M3,
-    /// E5M2: max 57344, infinity and NaN; finite overflow saturates.
-    E5M2,
-}
-
-impl Fp8 {
-    pub(crate) fn format(self) -> Format {
-        match self {
-            Fp8::E4M3 => E4M3,
-            Fp8::E5M2 => E5M2,
-        }
-    }
-}
-
-/// Validates the RNG coordinates of `len` elements and returns them.
-fn rng_coord(
-    ctx: &StepContext,
-    stream: &TensorStream,
-    len: usize,
-) -> Result<crate::reference::bits::BitsCoord> {
-    stream.check(len)?;
-    ctx.replica.slot()?;
-    Ok(coord(ctx, stream, Purpose::Weights))
-}
 
 fn check_blocks(n: usize, packed: usize, scales: usize, block: usize) -> Result<()> {
     check_nonempty(n)?;
@@ -73,7 +44,7 @@ impl Engine {
         stream: &TensorStream,
     ) -> Result<()> {
         check_pair(src.len(), dst.len(), "dst")?;
-        let c = rng_coord(ctx, stream, src.len())?;
+        let c = checked_coord(ctx, stream, Purpose::Weights, src.len())?;
         (self.k.f32_to_fp8)(format, src, dst, rounding, &c, stream.index_base);
         Ok(())
     }
@@ -117,7 +88,7 @@ impl Engine {
     ) -> Result<()> {
         check_blocks(src.len(), packed.len(), scales.len(), NVFP4_BLOCK)?;
         check_tensor_scale(tensor_scale)?;
-        let c = rng_coord(ctx, stream, src.len())?;
+        let c = checked_coord(ctx, stream, Purpose::Weights, src.len())?;
         let scaling = Fp4Scaling::Nv { tensor_scale };
         (self.k.quantize_fp4)(
             scaling,
@@ -157,7 +128,7 @@ impl Engine {
         stream: &TensorStream,
     ) -> Result<()> {
         check_blocks(src.len(), packed.len(), scales.len(), MXFP4_BLOCK)?;
-        let c = rng_coord(ctx, stream, src.len())?;
+        let c = checked_coord(ctx, stream, Purpose::Weights, src.len())?;
         (self.k.quantize_fp4)(
             Fp4Scaling::Mx,
             src,

@@ -130,33 +130,17 @@ pub(crate) fn coord(ctx: &StepContext, t: &TensorStream, purpose: Purpose) -> Bi
     }
 }
 
-/// The random bits for elements `index_base .. index_base + out.len()` of one stream, in order,
-/// on [`crate::Engine::global`]. Fails on an out-of-range stream, replica or index.
-pub fn fill_element_bits(
+/// Checks `ctx`'s replica and `len` elements of `stream` (in that order: the stream first), then
+/// gives their coordinates for `purpose`: what every entry point that draws bits checks first.
+pub(crate) fn checked_coord(
     ctx: &StepContext,
     stream: &TensorStream,
     purpose: Purpose,
-    out: &mut [u16],
-) -> Result<()> {
-    crate::Engine::global()?.fill_element_bits(ctx, stream, purpose, out)
-}
-
-impl crate::Engine {
-    /// [`fill_element_bits`] on this engine's backend.
-    pub fn fill_element_bits(
-        &self,
-        ctx: &StepContext,
-        stream: &TensorStream,
-        purpose: Purpose,
-        out: &mut [u16],
-    ) -> Result<()> {
-        crate::storage::check_nonempty(out.len())?;
-        stream.check(out.len())?;
-        ctx.replica.slot()?;
-        let c = coord(ctx, stream, purpose);
-        (self.k.fill_bits)(&c, stream.index_base, out);
-        Ok(())
-    }
+    len: usize,
+) -> Result<BitsCoord> {
+    stream.check(len)?;
+    ctx.replica.slot()?;
+    Ok(coord(ctx, stream, purpose))
 }
 
 /// A sequential Philox4x32-10 generator for code that wants a `rand_core` RNG.

@@ -679,8 +679,9 @@ fn hyperparameters_stay_f32_and_are_not_rounded_to_bf16() {
 
 #[test]
 fn stochastic_rounding_in_a_step_uses_the_documented_stream_and_purpose_bits() {
+    use halfstep::convert::fill_element_bits;
     use halfstep::reference::round::f32_to_bf16_stochastic;
-    use halfstep::rng::{Purpose, fill_element_bits};
+    use halfstep::rng::Purpose;
     let cfg = AdamConfig::adamw(1e-2);
     let (p0, g0, m0, v0) = inputs(8);
     let ctx = StepContext::new(0xABCD, 4);

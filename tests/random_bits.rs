@@ -4,10 +4,11 @@
 
 mod common;
 use common::{data_rows, hex};
+use halfstep::convert::fill_element_bits;
 use halfstep::reference::ars::{aes128_encrypt, ars4x32_5, ars4x32_r};
 use halfstep::reference::bits::{BitsCoord, element_bits, element_position};
 use halfstep::reference::philox::{self, philox4x32_r};
-use halfstep::rng::{Purpose, fill_element_bits};
+use halfstep::rng::Purpose;
 use halfstep::{PhiloxRng, Replica, StepContext, TensorStream};
 use rand_core::{Rng, SeedableRng};
 

@@ -24,7 +24,7 @@ pub(crate) const MAX_LANES: usize = 16;
 /// and subnormals, `fma` fused, integer ops mod 2^32. Comparisons produce a mask `M`; `select(m, a, b)`
 /// takes `a` where `m` is set.
 #[allow(clippy::missing_safety_doc)]
-pub(crate) trait Simd: Copy + 'static + crate::kernels::BitsFill {
+pub(crate) trait Simd: Copy + 'static {
     /// Lanes per vector (4, 8 or 16).
     const LANES: usize;
     /// `LANES` x f32.

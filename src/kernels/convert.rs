@@ -3,12 +3,12 @@
 //! Each kernel is a [`ChunkBody`]: `full` works in place, `partial` stages the chunk through
 //! zeroed stack buffers and runs the same per-chunk function.
 
+use super::Simd;
 use super::round::{from_f16, to_bf16, to_f16};
 use super::{
     Chunk, ChunkBody, GroupBits, Stage, full_run_plain, run_chunks, run_conversion, stage_in,
     stage_out,
 };
-use crate::arch::Simd;
 use crate::reference::bits::BitsCoord;
 use crate::reference::round::Rounding;
 

@@ -40,7 +40,7 @@ pub(crate) mod optim;
 pub(crate) mod quant;
 pub(crate) mod round;
 
-use crate::arch::{MAX_LANES, Simd};
+use crate::arch::{self, MAX_LANES};
 use crate::reference::ars::round_keys;
 use crate::reference::bits::{BitsCoord, seed_key};
 use crate::reference::round::Rounding;
@@ -151,7 +151,7 @@ pub(crate) unsafe fn run_chunks<V: Simd, B: ChunkBody<V>>(base: u64, n: usize, b
 /// until the chunks leave the span.
 ///
 /// A span is [`GroupBits::SPAN`] consecutive groups from a multiple of `SPAN`, filled in one go
-/// so that [`Simd::RNG_VECTORS`] counter vectors run their AES rounds side by side (the rounds of
+/// so that [`crate::arch::Simd::RNG_VECTORS`] counter vectors run their AES rounds side by side (the rounds of
 /// one vector are a dependency chain of the AES unit's latency). The bits are the same whatever
 /// the span: SPEC.md §3.2 fixes them per element.
 ///
@@ -189,7 +189,7 @@ struct CounterConsts<V: Simd> {
     word0: V::U,
     /// The round keys of ARS-5, each repeated in every block.
     keys: [V::U; 6],
-    /// The rounds run in the backend's wide form ([`Simd::WIDE_AES`]).
+    /// The rounds run in the backend's wide form ([`crate::arch::Simd::WIDE_AES`]).
     wide: bool,
 }
 
@@ -200,7 +200,7 @@ const MAX_RNG_VECTORS: usize = 8;
 /// (wrapping) is at least any span for every group `g`.
 const NO_SPAN: u64 = u64::MAX - 255;
 
-/// ARS-5's rounds 1-5 on the first [`Simd::RNG_VECTORS`] vectors of `x` (round 0, the key
+/// ARS-5's rounds 1-5 on the first [`crate::arch::Simd::RNG_VECTORS`] vectors of `x` (round 0, the key
 /// XOR, done), in the backend's wide form or not. Round by round across the vectors, so that
 /// independent AES instructions issue back to back.
 #[inline(always)]
@@ -238,12 +238,12 @@ unsafe fn per_block<V: Simd>(f: impl Fn(usize) -> [u32; 4]) -> V::U {
 impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
     /// Output vectors per group (16 words).
     const PER_GROUP: usize = 16 / V::LANES;
-    /// Whether this span cache may run the backend's wide AES rounds ([`Simd::WIDE_AES`]): only
+    /// Whether this span cache may run the backend's wide AES rounds ([`crate::arch::Simd::WIDE_AES`]): only
     /// the bulk fill (`WORDS`). In the rounding kernels the run-time choice between the two forms
     /// changed the code LLVM made for the whole loop: on a CPU without VAES (AVX2, 128-bit rounds)
     /// they ran 1–6% slower, LAMB's split layout, which draws no bits, among them (docs/DESIGN.md).
     const WIDE_AES: bool = V::WIDE_AES && WORDS;
-    /// Groups per fill: one pass of [`Simd::RNG_VECTORS`] counter vectors.
+    /// Groups per fill: one pass of [`crate::arch::Simd::RNG_VECTORS`] counter vectors.
     pub(crate) const SPAN: u64 = {
         let span = V::RNG_VECTORS / Self::PER_GROUP;
         assert!(span >= 1 && span * Self::PER_GROUP == V::RNG_VECTORS);
@@ -438,8 +438,14 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
 pub(crate) trait BitsFill {
     unsafe fn fill_span<const WORDS: bool>(bits: &mut GroupBits<Self, WORDS>, group: u64)
     where
-        Self: Simd;
+        Self: arch::Simd;
 }
+
+/// The lane type every kernel runs on: an ISA's primitives ([`arch::Simd`]) and its random-bit
+/// fill ([`BitsFill`]), which `dispatch` compiles inside the backend's target features.
+pub(crate) trait Simd: arch::Simd + BitsFill {}
+
+impl<V: arch::Simd + BitsFill> Simd for V {}
 
 /// How far ahead of a full chunk the conversions prefetch, in elements: 4 KiB of f32 input (and
 /// 2 KiB of bf16 output, 1 KiB of fp8).
@@ -454,7 +460,7 @@ const CONVERT_PREFETCH_AHEAD: isize = 1024;
 /// "Prefetching the stochastic conversions" and "Nearest-even conversions and fp4 quantizers").
 #[inline(always)]
 fn convert_prefetches<V: Simd>(n: usize) -> bool {
-    V::HAS_PREFETCH && n >= optim::PREFETCH_MIN && crate::dispatch::software_prefetch()
+    V::HAS_PREFETCH && n >= optim::PREFETCH_MIN && crate::cpu::software_prefetch()
 }
 
 /// A conversion's chunk body with prefetching added: [`CONVERT_PREFETCH_AHEAD`] elements past each
@@ -652,7 +658,7 @@ pub(crate) mod checks {
                 unsafe { check_fill::<crate::arch::x86_64::avx512::Avx512>("avx512") }
             }
             use crate::arch::x86_64::set_vaes_rounds;
-            use crate::dispatch::Backend;
+            use crate::cpu::Backend;
             if Backend::Avx2.is_available() {
                 // Both forms of the rounds: 128-bit AES-NI, and 256-bit VAES where the CPU has it.
                 set_vaes_rounds(Some(false));
@@ -679,7 +685,7 @@ pub(crate) mod checks {
             unsafe fn neon() {
                 unsafe { check_fill::<crate::arch::aarch64::neon::Neon>("neon") }
             }
-            if crate::dispatch::Backend::Neon.is_available() {
+            if crate::cpu::Backend::Neon.is_available() {
                 unsafe { neon() }
             } else {
                 eprintln!("skipping neon: this CPU lacks it");

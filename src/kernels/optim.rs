@@ -1,17 +1,18 @@
 //! The four optimizers (SPEC.md §5–7), each written once: generic over the lane type, with every
 //! storage kind handled by the shared load/store below.
 
+use super::Simd;
 use super::round::{canonicalize, from_bf16, to_bf16};
 use super::{Chunk, ChunkBody, GroupBits, Stage, full_run_plain, run_chunks, stage_in, stage_out};
-use crate::arch::Simd;
-use crate::optim::{
-    AdagradConsts, AdagradTensor, AdamConsts, AdamTensor, LambConsts, LambTensor, SgdConsts,
-    SgdTensor,
-};
+use crate::reference::adagrad::AdagradConsts;
+use crate::reference::adam::AdamConsts;
+use crate::reference::lamb::LambConsts;
 use crate::reference::norm::{NORM_BLOCK, NORM_LANES, fold_lanes};
 use crate::reference::round::Rounding;
+use crate::reference::sgd::SgdConsts;
 use crate::rng::{Purpose, StepContext, TensorStream, coord};
 use crate::storage::{Grads, State, Weights};
+use crate::tensors::{AdagradTensor, AdamTensor, LambTensor, SgdTensor};
 
 /// Runs `$body` with `$i` bound to 0, 1, … `$g - 1` (`$g` at most 4, known at compile time),
 /// unrolled in the source. A `for` loop over a group was left rolled where the body was large
@@ -926,7 +927,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
         self.prefetch
     }
 
-    /// Full chunks overlapped where [`Simd::OVERLAP_CHUNKS`]: each chunk's loads are issued
+    /// Full chunks overlapped where [`crate::arch::Simd::OVERLAP_CHUNKS`]: each chunk's loads are issued
     /// before the previous chunk's stores. Why: tensors allocated one after another (glibc's
     /// heap, and so PyTorch's) lie their size plus 64 bytes apart. Where that size is a multiple
     /// of 1 MiB, a load from one buffer falls one chunk after a store to the buffer allocated
@@ -934,7 +935,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     /// 2-3x slower (docs/DESIGN.md, "SIMD backends"). The bits are
     /// the same: a chunk still reads only its own elements, and a call's buffers never overlap.
     ///
-    /// And, where the weights are split, loaded and stored in groups of [`Simd::STORE_GROUP`]
+    /// And, where the weights are split, loaded and stored in groups of [`crate::arch::Simd::STORE_GROUP`]
     /// chunks, buffer by buffer (all of a group's trails, then all its tops; stores in the
     /// reverse order of the loads) rather than chunk by chunk. Why: AMD's L1 holds one line per
     /// set and "µtag" (a hash of address bits 12-27), so two buffers whose lines collide evict
@@ -1013,7 +1014,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
 }
 
 impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
-    /// [`ChunkBody::full_run`] chunk by chunk: overlapped where [`Simd::OVERLAP_CHUNKS`], with
+    /// [`ChunkBody::full_run`] chunk by chunk: overlapped where [`crate::arch::Simd::OVERLAP_CHUNKS`], with
     /// a copy of the loop per prefetch case (as in `full_run_plain`: a test per chunk cost f32
     /// SGD at 64K 8-15% on AVX-512).
     #[inline(always)]
@@ -1134,7 +1135,7 @@ unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
             s1: b.s1,
             s2: b.s2,
         };
-        let prefetch = V::HAS_PREFETCH && n >= PREFETCH_MIN && crate::dispatch::software_prefetch();
+        let prefetch = V::HAS_PREFETCH && n >= PREFETCH_MIN && crate::cpu::software_prefetch();
         run_chunks::<V, _>(base, n, &mut Driver { b, op, c, prefetch });
     }
 }
@@ -1582,7 +1583,7 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
     unsafe {
         let n = t.weights.len();
         let base = t.stream.index_base;
-        debug_assert_eq!(out.len(), crate::parallel::blocks(base, n));
+        debug_assert_eq!(out.len(), crate::reference::norm::spanned_blocks(base, n));
         let norms = BlockNorms::new(base, out.as_mut_ptr());
         let mut d = DynBufs {
             w: Buf::weights(&mut t.weights),

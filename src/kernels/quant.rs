@@ -9,12 +9,12 @@
 //! start at the slice start while RNG chunks follow the global index, so a chunk may straddle two
 //! blocks: each lane then takes its own block's divisor.
 
+use super::Simd;
 use super::round::{Small, from_small, to_small};
 use super::{Chunk, ChunkBody, GroupBits, run_chunks, run_conversion, stage_in, stage_out};
-use crate::arch::{MAX_LANES, Simd};
-use crate::quant::Fp8;
+use crate::arch::MAX_LANES;
 use crate::reference::bits::BitsCoord;
-use crate::reference::quant::{self as q, E2M1, E4M3, E5M2};
+use crate::reference::quant::{self as q, E2M1, E4M3, E5M2, Fp4Scaling, Fp8};
 use crate::reference::round::Rounding;
 
 const E4M3_V: Small = Small::of(E4M3);
@@ -24,24 +24,6 @@ const E2M1_V: Small = Small::of(E2M1);
 /// Elements per tile of the fp4 quantizer: a multiple of both block sizes, small enough that its
 /// codes (one byte each) and divisors stay on the stack and in L1.
 pub(crate) const TILE: usize = 2048;
-
-/// The block scaling of an fp4 tensor.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Fp4Scaling {
-    /// NVFP4: blocks of 16, E4M3 block scales relative to the per-tensor scale.
-    Nv { tensor_scale: f32 },
-    /// MXFP4: blocks of 32, E8M0 block scales.
-    Mx,
-}
-
-impl Fp4Scaling {
-    fn block(self) -> usize {
-        match self {
-            Fp4Scaling::Nv { .. } => q::NVFP4_BLOCK,
-            Fp4Scaling::Mx => q::MXFP4_BLOCK,
-        }
-    }
-}
 
 /// Block scale codes and element factors (divisors for NVFP4, reciprocals for MXFP4) for `LANES` blocks with amax bits `amax` (SPEC.md §4.7,
 /// as `crate::reference::quant::{nvfp4,mxfp4}_block_scale`, lane-wise).

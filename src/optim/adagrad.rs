@@ -2,8 +2,10 @@ use super::{Step, require_eps, require_nonneg};
 use crate::dispatch::Engine;
 use crate::error::Result;
 use crate::reference;
-use crate::rng::{StepContext, TensorStream};
-use crate::storage::{Grads, State, Weights};
+use crate::reference::adagrad::AdagradConsts;
+use crate::rng::StepContext;
+use crate::storage::State;
+use crate::tensors::AdagradTensor;
 
 /// Adagrad hyperparameters, with PyTorch's meaning and defaults (`torch.optim.Adagrad`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -33,19 +35,6 @@ impl Default for AdagradConfig {
             maximize: false,
         }
     }
-}
-
-/// The f32 constants one Adagrad step uses (SPEC.md §6.3).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdagradConsts {
-    /// `f32(f64(lr) / (1 + f64(step - 1) * f64(lr_decay)))`.
-    pub clr: f32,
-    /// `weight_decay`.
-    pub weight_decay: f32,
-    /// `eps`.
-    pub eps: f32,
-    /// Maximize.
-    pub maximize: bool,
 }
 
 impl AdagradConfig {
@@ -83,63 +72,7 @@ impl AdagradConfig {
     }
 }
 
-/// One tensor's buffers for an Adagrad step.
-#[derive(Debug)]
-pub struct AdagradTensor<'a> {
-    /// Weights, updated in place.
-    pub weights: Weights<'a>,
-    /// Gradients.
-    pub grads: Grads<'a>,
-    /// The running sum of squared gradients (PyTorch's `sum`).
-    pub sum: State<'a>,
-    /// Where this tensor's random bits come from.
-    pub stream: TensorStream,
-}
-
-impl<'a> AdagradTensor<'a> {
-    /// Number of elements (the weights' length).
-    pub fn len(&self) -> usize {
-        self.weights.len()
-    }
-
-    /// Whether the tensor has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The same tensor, borrowed for a shorter time.
-    pub fn reborrow(&mut self) -> AdagradTensor<'_> {
-        AdagradTensor {
-            weights: self.weights.reborrow(),
-            grads: self.grads,
-            sum: self.sum.reborrow(),
-            stream: self.stream,
-        }
-    }
-
-    /// Elements `..mid` and `mid..` as two tensors; the second's stream starts at
-    /// `index_base + mid`, so stepping both gives the bits of stepping the whole. Panics if `mid`
-    /// exceeds a buffer's length.
-    pub fn split_at(self, mid: usize) -> (AdagradTensor<'a>, AdagradTensor<'a>) {
-        let (wa, wb) = self.weights.split_at(mid);
-        let (ga, gb) = self.grads.split_at(mid);
-        let (sa, sb) = self.sum.split_at(mid);
-        (
-            AdagradTensor {
-                weights: wa,
-                grads: ga,
-                sum: sa,
-                stream: self.stream,
-            },
-            AdagradTensor {
-                weights: wb,
-                grads: gb,
-                sum: sb,
-                stream: self.stream.offset(mid),
-            },
-        )
-    }
-}
+super::tensor_pieces!(AdagradConfig, AdagradTensor);
 
 impl Step for AdagradConfig {
     super::elementwise_step_items!(AdagradTensor);

@@ -1,8 +1,10 @@
 use super::{Step, powi_f64, require_beta, require_eps, require_nonneg};
 use crate::dispatch::Engine;
 use crate::error::Result;
-use crate::rng::{StepContext, TensorStream};
-use crate::storage::{Grads, State, Weights, check_optional, reborrow_optional, split_optional};
+use crate::reference::adam::AdamConsts;
+use crate::rng::StepContext;
+use crate::storage::check_optional;
+use crate::tensors::AdamTensor;
 
 /// Adam / AdamW hyperparameters, with PyTorch's meaning (`torch.optim.Adam`, `torch.optim.AdamW`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -50,35 +52,6 @@ impl AdamConfig {
     }
 }
 
-/// The f32 constants one Adam step uses (SPEC.md §6.4).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdamConsts {
-    /// `f32(1 - f64(beta1))`.
-    pub one_minus_beta1: f32,
-    /// `beta2`.
-    pub beta2: f32,
-    /// `f32(1 - f64(beta2))`.
-    pub one_minus_beta2: f32,
-    /// `f32(f64(lr) / (1 - beta1^step))`.
-    pub step_size: f32,
-    /// `f32(1 / sqrt(1 - beta2^step))`.
-    pub inv_sqrt_bc2: f32,
-    /// `eps`.
-    pub eps: f32,
-    /// Adam: `weight_decay` (added to the gradient). Unused for AdamW.
-    pub weight_decay: f32,
-    /// AdamW: `f32(1 - f64(lr) * f64(weight_decay))` (multiplies the weight). Unused for Adam.
-    pub decay_factor: f32,
-    /// Whether any weight decay applies (`weight_decay != 0`).
-    pub use_weight_decay: bool,
-    /// AdamW rather than Adam.
-    pub decoupled: bool,
-    /// AMSGrad.
-    pub amsgrad: bool,
-    /// Maximize.
-    pub maximize: bool,
-}
-
 impl AdamConfig {
     /// Checks every hyperparameter.
     pub fn validate(&self) -> Result<()> {
@@ -111,75 +84,7 @@ impl AdamConfig {
     }
 }
 
-/// One tensor's buffers for an Adam / AdamW step.
-#[derive(Debug)]
-pub struct AdamTensor<'a> {
-    /// Weights, updated in place.
-    pub weights: Weights<'a>,
-    /// Gradients.
-    pub grads: Grads<'a>,
-    /// First moment (`exp_avg`).
-    pub exp_avg: State<'a>,
-    /// Second moment (`exp_avg_sq`).
-    pub exp_avg_sq: State<'a>,
-    /// AMSGrad's running maximum: required iff `amsgrad`.
-    pub max_exp_avg_sq: Option<State<'a>>,
-    /// Where this tensor's random bits come from.
-    pub stream: TensorStream,
-}
-
-impl<'a> AdamTensor<'a> {
-    /// Number of elements (the weights' length).
-    pub fn len(&self) -> usize {
-        self.weights.len()
-    }
-
-    /// Whether the tensor has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The same tensor, borrowed for a shorter time.
-    pub fn reborrow(&mut self) -> AdamTensor<'_> {
-        AdamTensor {
-            weights: self.weights.reborrow(),
-            grads: self.grads,
-            exp_avg: self.exp_avg.reborrow(),
-            exp_avg_sq: self.exp_avg_sq.reborrow(),
-            max_exp_avg_sq: reborrow_optional(&mut self.max_exp_avg_sq),
-            stream: self.stream,
-        }
-    }
-
-    /// Elements `..mid` and `mid..` as two tensors; the second's stream starts at
-    /// `index_base + mid`, so stepping both gives the bits of stepping the whole. Panics if `mid`
-    /// exceeds a buffer's length.
-    pub fn split_at(self, mid: usize) -> (AdamTensor<'a>, AdamTensor<'a>) {
-        let (wa, wb) = self.weights.split_at(mid);
-        let (ga, gb) = self.grads.split_at(mid);
-        let (ma, mb) = self.exp_avg.split_at(mid);
-        let (va, vb) = self.exp_avg_sq.split_at(mid);
-        let (xa, xb) = split_optional(self.max_exp_avg_sq, mid);
-        (
-            AdamTensor {
-                weights: wa,
-                grads: ga,
-                exp_avg: ma,
-                exp_avg_sq: va,
-                max_exp_avg_sq: xa,
-                stream: self.stream,
-            },
-            AdamTensor {
-                weights: wb,
-                grads: gb,
-                exp_avg: mb,
-                exp_avg_sq: vb,
-                max_exp_avg_sq: xb,
-                stream: self.stream.offset(mid),
-            },
-        )
-    }
-}
+super::tensor_pieces!(AdamConfig, AdamTensor);
 
 impl Step for AdamConfig {
     super::elementwise_step_items!(AdamTensor);

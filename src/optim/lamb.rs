@@ -1,11 +1,12 @@
 use super::{Step, powi_f64, require, require_beta, require_eps, require_nonneg};
 use crate::dispatch::Engine;
 use crate::error::{Error, Result};
-use crate::parallel::{self, Leaf, Threads, blocks};
+use crate::parallel::{self, Leaf, Threads};
+use crate::reference::lamb::LambConsts;
 use crate::reference::lamb::scaled_lr;
-use crate::reference::norm::NORM_BLOCK;
-use crate::rng::{StepContext, TensorStream};
-use crate::storage::{Grads, State, Weights};
+use crate::reference::norm::{NORM_BLOCK, spanned_blocks};
+use crate::rng::StepContext;
+use crate::tensors::LambTensor;
 
 /// LAMB hyperparameters (NVLAMB, as in IPEX's fused LAMB: bias-corrected Adam direction plus
 /// decoupled weight decay, scaled per tensor by the trust ratio ‖p‖ / ‖u‖).
@@ -36,29 +37,6 @@ impl Default for LambConfig {
             max_trust_ratio: None,
         }
     }
-}
-
-/// The f32 constants one LAMB step uses (SPEC.md §6.5).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LambConsts {
-    /// `f32(1 - f64(beta1))`.
-    pub one_minus_beta1: f32,
-    /// `beta2`.
-    pub beta2: f32,
-    /// `f32(1 - f64(beta2))`.
-    pub one_minus_beta2: f32,
-    /// `f32(1 / (1 - beta1^step))`.
-    pub inv_bc1: f32,
-    /// `f32(1 / (1 - beta2^step))`.
-    pub inv_bc2: f32,
-    /// `eps`.
-    pub eps: f32,
-    /// `weight_decay`.
-    pub weight_decay: f32,
-    /// `lr` (combined with the trust ratio in f64 between the passes).
-    pub lr: f32,
-    /// The trust-ratio clamp.
-    pub max_trust_ratio: Option<f32>,
 }
 
 impl LambConfig {
@@ -98,74 +76,9 @@ impl LambConfig {
     }
 }
 
-/// One tensor's buffers for a LAMB step (the trust ratio is per tensor).
-#[derive(Debug)]
-pub struct LambTensor<'a> {
-    /// Weights, updated in place.
-    pub weights: Weights<'a>,
-    /// Gradients.
-    pub grads: Grads<'a>,
-    /// First moment.
-    pub exp_avg: State<'a>,
-    /// Second moment.
-    pub exp_avg_sq: State<'a>,
-    /// Where this tensor's random bits come from.
-    pub stream: TensorStream,
-}
-
-impl<'a> LambTensor<'a> {
-    /// Number of elements (the weights' length).
-    pub fn len(&self) -> usize {
-        self.weights.len()
-    }
-
-    /// Whether the tensor has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The same tensor, borrowed for a shorter time.
-    pub fn reborrow(&mut self) -> LambTensor<'_> {
-        LambTensor {
-            weights: self.weights.reborrow(),
-            grads: self.grads,
-            exp_avg: self.exp_avg.reborrow(),
-            exp_avg_sq: self.exp_avg_sq.reborrow(),
-            stream: self.stream,
-        }
-    }
-
-    /// Elements `..mid` and `mid..` as two tensors; the second's stream starts at
-    /// `index_base + mid`. (LAMB's trust ratio is per tensor: stepping the halves separately is
-    /// *not* stepping the whole; the group step splits passes, not steps.) Panics if `mid`
-    /// exceeds a buffer's length.
-    pub fn split_at(self, mid: usize) -> (LambTensor<'a>, LambTensor<'a>) {
-        let (wa, wb) = self.weights.split_at(mid);
-        let (ga, gb) = self.grads.split_at(mid);
-        let (ma, mb) = self.exp_avg.split_at(mid);
-        let (va, vb) = self.exp_avg_sq.split_at(mid);
-        (
-            LambTensor {
-                weights: wa,
-                grads: ga,
-                exp_avg: ma,
-                exp_avg_sq: va,
-                stream: self.stream,
-            },
-            LambTensor {
-                weights: wb,
-                grads: gb,
-                exp_avg: mb,
-                exp_avg_sq: vb,
-                stream: self.stream.offset(mid),
-            },
-        )
-    }
-}
+super::tensor_pieces!(LambConfig, LambTensor);
 
 impl Step for LambConfig {
-    type Tensor<'a> = LambTensor<'a>;
-
     fn validate(&self) -> Result<()> {
         LambConfig::validate(self)
     }
@@ -192,29 +105,13 @@ impl Step for LambConfig {
             let base = rest.stream.index_base;
             let mid = ((base / segment + 1) * segment - base).min(rest.len() as u64) as usize;
             let (mut piece, tail) = rest.split_at(mid);
-            let sums = &mut sums[..blocks(base, mid)];
+            let sums = &mut sums[..spanned_blocks(base, mid)];
             (engine.k.lamb_pass1)(&c, ctx, &mut piece, sums, None);
             add_blocks(&mut total, sums);
             rest = tail;
         }
         let lr_ratio = scaled_lr(&c, total[0], total[1]);
         (engine.k.lamb_pass2)(&c, ctx, t, lr_ratio, None);
-    }
-
-    fn tensor_len(t: &LambTensor<'_>) -> usize {
-        t.len()
-    }
-    fn tensor_base(t: &LambTensor<'_>) -> u64 {
-        t.stream.index_base
-    }
-    fn reborrow<'s>(t: &'s mut LambTensor<'_>) -> LambTensor<'s> {
-        t.reborrow()
-    }
-    fn split_at<'s>(t: LambTensor<'s>, mid: usize) -> (LambTensor<'s>, LambTensor<'s>)
-    where
-        Self: 's,
-    {
-        t.split_at(mid)
     }
 
     fn reserve(ws: &mut LambWorkspace, tensors: &[LambTensor<'_>]) {
@@ -266,7 +163,7 @@ impl Step for LambConfig {
             parallel::for_pieces::<LambConfig, _, _>(piece, tensors, side, &pass1);
             let mut rest = &sums[..];
             for (t, r) in tensors.iter().zip(&mut *ratios) {
-                let (mine, tail) = rest.split_at(blocks(t.stream.index_base, t.len()));
+                let (mine, tail) = rest.split_at(spanned_blocks(t.stream.index_base, t.len()));
                 let mut total = [0.0f64; 2];
                 add_blocks(&mut total, mine);
                 *r = scaled_lr(&c, total[0], total[1]);
@@ -353,7 +250,7 @@ impl LambWorkspace {
         let blocks = tensors
             .iter()
             .filter(|t| t.stream.check(t.len()).is_ok())
-            .map(|t| blocks(t.stream.index_base, t.len()))
+            .map(|t| spanned_blocks(t.stream.index_base, t.len()))
             .sum();
         (blocks, tensors.len())
     }

@@ -11,10 +11,16 @@ mod adam;
 mod lamb;
 mod sgd;
 
-pub use adagrad::{AdagradConfig, AdagradConsts, AdagradTensor, adagrad_step};
-pub use adam::{AdamConfig, AdamConsts, AdamTensor, adam_step};
-pub use lamb::{LambConfig, LambConsts, LambTensor, LambWorkspace, lamb_step};
-pub use sgd::{SgdConfig, SgdConsts, SgdTensor, sgd_step};
+pub use adagrad::{AdagradConfig, adagrad_step};
+pub use adam::{AdamConfig, adam_step};
+pub use lamb::{LambConfig, LambWorkspace, lamb_step};
+pub use sgd::{SgdConfig, sgd_step};
+
+pub use crate::reference::adagrad::AdagradConsts;
+pub use crate::reference::adam::AdamConsts;
+pub use crate::reference::lamb::LambConsts;
+pub use crate::reference::sgd::SgdConsts;
+pub use crate::tensors::{AdagradTensor, AdamTensor, LambTensor, Pieces, SgdTensor};
 
 use crate::dispatch::Engine;
 use crate::error::{Error, Result};
@@ -80,9 +86,7 @@ fn require_step(ctx: &StepContext) -> Result<()> {
 
 /// An optimizer configuration: how to check and step one tensor, and a parameter group on many
 /// threads. [`Optimizer`] and [`Engine::step_group`] drive it.
-pub trait Step: Sync + 'static {
-    /// One tensor's buffers.
-    type Tensor<'a>: Send;
+pub trait Step: Pieces {
     /// Scratch memory a group step needs, made once and reused (LAMB's per-block norms); `()`
     /// for the optimizers that need none.
     type Workspace: Clone + core::fmt::Debug + Default + Send;
@@ -93,17 +97,6 @@ pub trait Step: Sync + 'static {
     fn check_tensor(&self, t: &Self::Tensor<'_>) -> Result<()>;
     /// Steps one tensor on `engine`. Must only be called after both checks passed.
     fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut Self::Tensor<'_>);
-
-    /// Number of elements of `t`.
-    fn tensor_len(t: &Self::Tensor<'_>) -> usize;
-    /// Global element index of `t`'s element 0.
-    fn tensor_base(t: &Self::Tensor<'_>) -> u64;
-    /// `t`, borrowed for a shorter time.
-    fn reborrow<'s>(t: &'s mut Self::Tensor<'_>) -> Self::Tensor<'s>;
-    /// `t` cut into elements `..mid` and `mid..` (the second with its stream offset by `mid`).
-    fn split_at<'s>(t: Self::Tensor<'s>, mid: usize) -> (Self::Tensor<'s>, Self::Tensor<'s>)
-    where
-        Self: 's;
 
     /// Grows `ws` to fit `tensors` (allocates only if it is too small).
     fn reserve(ws: &mut Self::Workspace, tensors: &[Self::Tensor<'_>]);
@@ -174,28 +167,37 @@ fn elementwise_group<C: Step>(
     parallel::for_group::<C, (), _>(threads, tensors, (), &leaf);
 }
 
-/// The [`Step`] items shared by the element-wise optimizers: tensor access through the tensor
-/// type's own methods, no workspace, [`elementwise_group`].
+/// [`Pieces`] for an optimizer configuration, through its tensor type's own methods.
+macro_rules! tensor_pieces {
+    ($config:ident, $tensor:ident) => {
+        impl $crate::tensors::Pieces for $config {
+            type Tensor<'a> = $tensor<'a>;
+
+            fn tensor_len(t: &$tensor<'_>) -> usize {
+                t.len()
+            }
+            fn tensor_base(t: &$tensor<'_>) -> u64 {
+                t.stream.index_base
+            }
+            fn reborrow<'s>(t: &'s mut $tensor<'_>) -> $tensor<'s> {
+                t.reborrow()
+            }
+            fn split_at<'s>(t: $tensor<'s>, mid: usize) -> ($tensor<'s>, $tensor<'s>)
+            where
+                Self: 's,
+            {
+                t.split_at(mid)
+            }
+        }
+    };
+}
+use tensor_pieces;
+
+/// The [`Step`] items shared by the element-wise optimizers: no workspace, [`elementwise_group`].
 macro_rules! elementwise_step_items {
     ($tensor:ident) => {
-        type Tensor<'a> = $tensor<'a>;
         type Workspace = ();
 
-        fn tensor_len(t: &$tensor<'_>) -> usize {
-            t.len()
-        }
-        fn tensor_base(t: &$tensor<'_>) -> u64 {
-            t.stream.index_base
-        }
-        fn reborrow<'s>(t: &'s mut $tensor<'_>) -> $tensor<'s> {
-            t.reborrow()
-        }
-        fn split_at<'s>(t: $tensor<'s>, mid: usize) -> ($tensor<'s>, $tensor<'s>)
-        where
-            Self: 's,
-        {
-            t.split_at(mid)
-        }
         fn reserve(_: &mut (), _: &[$tensor<'_>]) {}
         fn check_workspace(_: &(), _: &[$tensor<'_>]) -> $crate::Result<()> {
             Ok(())

@@ -1,8 +1,10 @@
 use super::{Step, require, require_nonneg};
 use crate::dispatch::Engine;
 use crate::error::Result;
-use crate::rng::{StepContext, TensorStream};
-use crate::storage::{Grads, State, Weights, check_optional, reborrow_optional, split_optional};
+use crate::reference::sgd::SgdConsts;
+use crate::rng::StepContext;
+use crate::storage::check_optional;
+use crate::tensors::SgdTensor;
 
 /// SGD hyperparameters, with PyTorch's meaning and defaults (`torch.optim.SGD`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -32,27 +34,6 @@ impl Default for SgdConfig {
             maximize: false,
         }
     }
-}
-
-/// The f32 constants one SGD step uses (SPEC.md §6.2).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SgdConsts {
-    /// `lr`.
-    pub lr: f32,
-    /// `momentum`.
-    pub momentum: f32,
-    /// `f32(1 - f64(dampening))`.
-    pub one_minus_dampening: f32,
-    /// `weight_decay`.
-    pub weight_decay: f32,
-    /// Whether a momentum buffer is used (momentum != 0).
-    pub use_momentum: bool,
-    /// Step 1: the momentum buffer is set to the gradient, its old contents ignored.
-    pub first_step: bool,
-    /// Nesterov.
-    pub nesterov: bool,
-    /// Maximize.
-    pub maximize: bool,
 }
 
 impl SgdConfig {
@@ -105,63 +86,7 @@ impl SgdConfig {
     }
 }
 
-/// One tensor's buffers for an SGD step.
-#[derive(Debug)]
-pub struct SgdTensor<'a> {
-    /// Weights, updated in place.
-    pub weights: Weights<'a>,
-    /// Gradients.
-    pub grads: Grads<'a>,
-    /// Momentum buffer: required iff `momentum != 0`. Overwritten with the gradient on step 1.
-    pub momentum: Option<State<'a>>,
-    /// Where this tensor's random bits come from.
-    pub stream: TensorStream,
-}
-
-impl<'a> SgdTensor<'a> {
-    /// Number of elements (the weights' length).
-    pub fn len(&self) -> usize {
-        self.weights.len()
-    }
-
-    /// Whether the tensor has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The same tensor, borrowed for a shorter time.
-    pub fn reborrow(&mut self) -> SgdTensor<'_> {
-        SgdTensor {
-            weights: self.weights.reborrow(),
-            grads: self.grads,
-            momentum: reborrow_optional(&mut self.momentum),
-            stream: self.stream,
-        }
-    }
-
-    /// Elements `..mid` and `mid..` as two tensors; the second's stream starts at
-    /// `index_base + mid`, so stepping both gives the bits of stepping the whole. Panics if `mid`
-    /// exceeds a buffer's length.
-    pub fn split_at(self, mid: usize) -> (SgdTensor<'a>, SgdTensor<'a>) {
-        let (wa, wb) = self.weights.split_at(mid);
-        let (ga, gb) = self.grads.split_at(mid);
-        let (ma, mb) = split_optional(self.momentum, mid);
-        (
-            SgdTensor {
-                weights: wa,
-                grads: ga,
-                momentum: ma,
-                stream: self.stream,
-            },
-            SgdTensor {
-                weights: wb,
-                grads: gb,
-                momentum: mb,
-                stream: self.stream.offset(mid),
-            },
-        )
-    }
-}
+super::tensor_pieces!(SgdConfig, SgdTensor);
 
 impl Step for SgdConfig {
     super::elementwise_step_items!(SgdTensor);

@@ -1,8 +1,21 @@
 //! Reference Adagrad (SPEC.md §6.3).
 
-use crate::optim::{AdagradConsts, AdagradTensor};
 use crate::reference::bits::element_bits;
 use crate::rng::{Purpose, StepContext, coord};
+use crate::tensors::AdagradTensor;
+
+/// The f32 constants one Adagrad step uses (SPEC.md §6.3).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdagradConsts {
+    /// `f32(f64(lr) / (1 + f64(step - 1) * f64(lr_decay)))`.
+    pub clr: f32,
+    /// `weight_decay`.
+    pub weight_decay: f32,
+    /// `eps`.
+    pub eps: f32,
+    /// Maximize.
+    pub maximize: bool,
+}
 
 /// The update of one element: new weight and new sum.
 pub fn element(c: &AdagradConsts, p: f32, g: f32, sum: f32) -> (f32, f32) {

@@ -1,8 +1,37 @@
 //! Reference Adam / AdamW (SPEC.md §6.4).
 
-use crate::optim::{AdamConsts, AdamTensor};
 use crate::reference::bits::element_bits;
 use crate::rng::{Purpose, StepContext, coord};
+use crate::tensors::AdamTensor;
+
+/// The f32 constants one Adam step uses (SPEC.md §6.4).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamConsts {
+    /// `f32(1 - f64(beta1))`.
+    pub one_minus_beta1: f32,
+    /// `beta2`.
+    pub beta2: f32,
+    /// `f32(1 - f64(beta2))`.
+    pub one_minus_beta2: f32,
+    /// `f32(f64(lr) / (1 - beta1^step))`.
+    pub step_size: f32,
+    /// `f32(1 / sqrt(1 - beta2^step))`.
+    pub inv_sqrt_bc2: f32,
+    /// `eps`.
+    pub eps: f32,
+    /// Adam: `weight_decay` (added to the gradient). Unused for AdamW.
+    pub weight_decay: f32,
+    /// AdamW: `f32(1 - f64(lr) * f64(weight_decay))` (multiplies the weight). Unused for Adam.
+    pub decay_factor: f32,
+    /// Whether any weight decay applies (`weight_decay != 0`).
+    pub use_weight_decay: bool,
+    /// AdamW rather than Adam.
+    pub decoupled: bool,
+    /// AMSGrad.
+    pub amsgrad: bool,
+    /// Maximize.
+    pub maximize: bool,
+}
 
 /// The first- and second-moment updates shared by Adam and LAMB: `(m', v')`.
 #[inline]

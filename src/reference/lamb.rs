@@ -3,11 +3,34 @@
 //! the weights. Both passes read the same stored values, so no workspace is needed and the
 //! direction the norm measured is the direction applied.
 
-use crate::optim::{LambConsts, LambTensor};
 use crate::reference::adam::moments;
 use crate::reference::bits::element_bits;
 use crate::reference::norm::{NORM_BLOCK, SumSquares};
 use crate::rng::{Purpose, StepContext, coord};
+use crate::tensors::LambTensor;
+
+/// The f32 constants one LAMB step uses (SPEC.md §6.5).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LambConsts {
+    /// `f32(1 - f64(beta1))`.
+    pub one_minus_beta1: f32,
+    /// `beta2`.
+    pub beta2: f32,
+    /// `f32(1 - f64(beta2))`.
+    pub one_minus_beta2: f32,
+    /// `f32(1 / (1 - beta1^step))`.
+    pub inv_bc1: f32,
+    /// `f32(1 / (1 - beta2^step))`.
+    pub inv_bc2: f32,
+    /// `eps`.
+    pub eps: f32,
+    /// `weight_decay`.
+    pub weight_decay: f32,
+    /// `lr` (combined with the trust ratio in f64 between the passes).
+    pub lr: f32,
+    /// The trust-ratio clamp.
+    pub max_trust_ratio: Option<f32>,
+}
 
 /// The update direction `u` for one element from the weight and the stored moments.
 #[inline]

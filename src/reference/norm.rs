@@ -12,6 +12,15 @@ pub const NORM_BLOCK: usize = 2048;
 /// Partial sums per block.
 pub const NORM_LANES: usize = 16;
 
+/// Number of norm blocks that elements `base .. base + len` touch.
+pub fn spanned_blocks(base: u64, len: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    let b = NORM_BLOCK as u64;
+    ((base + len as u64).div_ceil(b) - base / b) as usize
+}
+
 /// Folds 16 lane sums into one, in the canonical tree order.
 #[inline]
 pub fn fold_lanes(mut lanes: [f64; NORM_LANES]) -> f64 {

@@ -52,6 +52,42 @@ pub const E2M1: Format = Format {
     sign: 0x8,
 };
 
+/// An fp8 format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fp8 {
+    /// E4M3 (`float8_e4m3fn`): max 448, NaN, no infinity; overflow saturates.
+    E4M3,
+    /// E5M2: max 57344, infinity and NaN; finite overflow saturates.
+    E5M2,
+}
+
+impl Fp8 {
+    pub(crate) fn format(self) -> Format {
+        match self {
+            Fp8::E4M3 => E4M3,
+            Fp8::E5M2 => E5M2,
+        }
+    }
+}
+
+/// The block scaling of an fp4 tensor.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Fp4Scaling {
+    /// NVFP4: blocks of 16, E4M3 block scales relative to the per-tensor scale.
+    Nv { tensor_scale: f32 },
+    /// MXFP4: blocks of 32, E8M0 block scales.
+    Mx,
+}
+
+impl Fp4Scaling {
+    pub(crate) fn block(self) -> usize {
+        match self {
+            Fp4Scaling::Nv { .. } => NVFP4_BLOCK,
+            Fp4Scaling::Mx => MXFP4_BLOCK,
+        }
+    }
+}
+
 /// f32 -> `fmt` (SPEC.md §4.5). Finite values round by the general rule and **saturate** at the
 /// largest finite value (in every mode); infinities become infinity where the format has one,
 /// else saturate; NaN becomes the format's NaN with the sign kept, or +0 where it has none.

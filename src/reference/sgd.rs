@@ -1,8 +1,29 @@
 //! Reference SGD (SPEC.md §6.2).
 
-use crate::optim::{SgdConsts, SgdTensor};
 use crate::reference::bits::element_bits;
 use crate::rng::{Purpose, StepContext, coord};
+use crate::tensors::SgdTensor;
+
+/// The f32 constants one SGD step uses (SPEC.md §6.2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdConsts {
+    /// `lr`.
+    pub lr: f32,
+    /// `momentum`.
+    pub momentum: f32,
+    /// `f32(1 - f64(dampening))`.
+    pub one_minus_dampening: f32,
+    /// `weight_decay`.
+    pub weight_decay: f32,
+    /// Whether a momentum buffer is used (momentum != 0).
+    pub use_momentum: bool,
+    /// Step 1: the momentum buffer is set to the gradient, its old contents ignored.
+    pub first_step: bool,
+    /// Nesterov.
+    pub nesterov: bool,
+    /// Maximize.
+    pub maximize: bool,
+}
 
 /// The update of one element: new weight and new momentum (when momentum is used).
 pub fn element(c: &SgdConsts, p: f32, g: f32, buf: f32) -> (f32, f32) {
