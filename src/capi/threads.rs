@@ -1,0 +1,90 @@
+//! Thread pools (`hs_threads`): rayon's global pool, a new pool, or one the calling thread joins.
+
+use super::*;
+
+/// Where group steps run (opaque): `hs_threads_new`.
+pub struct hs_threads(pub(super) Threads);
+
+/// Most threads `hs_threads_new` and `hs_threads_calling_thread` start.
+pub const HS_MAX_THREADS: u32 = 1024;
+
+pub(super) fn check_threads(n: u32) -> Result<(), Fail> {
+    if n > HS_MAX_THREADS {
+        return Err(Fail(
+            HS_OUT_OF_RANGE,
+            format!("{n} threads: at most {HS_MAX_THREADS}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Where steps run: `n == 0` rayon's global pool, `n == 1` the calling thread only,
+/// `2 <= n <= HS_MAX_THREADS` a new pool of `n` threads. NULL on failure (see `hs_last_error`).
+/// Free with `hs_threads_free`; passing NULL to a step means the global pool.
+#[unsafe(no_mangle)]
+pub extern "C" fn hs_threads_new(n: u32) -> *mut hs_threads {
+    guard_new(|| {
+        check_threads(n)?;
+        Ok(hs_threads(match n {
+            0 => Threads::global(),
+            1 => Threads::current(),
+            n => rayon_core::ThreadPoolBuilder::new()
+                .num_threads(n as usize)
+                .build()
+                .map(|p| Threads::pool(Arc::new(p)))
+                .map_err(|e| invalid(format!("starting {n} threads: {e}")))?,
+        }))
+    })
+}
+
+/// The calling thread's own pool: `n` threads of which the calling thread is one (`n == 0`:
+/// rayon's default count; at most `HS_MAX_THREADS`). Steps called from this thread then run part
+/// of their work on it, without handing the step to the pool and sleeping until it is done, as
+/// OpenMP's master thread works in its team. The pool is made on the first call on a thread and
+/// lives until the thread exits; later calls on the same thread give new handles to it (free each
+/// with `hs_threads_free`). NULL on failure (see `hs_last_error`): the thread's pool has another
+/// size, or the thread is already a worker of another pool.
+#[unsafe(no_mangle)]
+pub extern "C" fn hs_threads_calling_thread(n: u32) -> *mut hs_threads {
+    guard_new(|| {
+        check_threads(n)?;
+        Ok(hs_threads(Threads::calling_thread_pool(n as usize)?))
+    })
+}
+
+/// Sets the grain of `threads`: steps over groups of at most `elements` elements run on the
+/// calling thread alone, larger ones are cut into pieces of at least a quarter of it. It is
+/// rounded up to a multiple of 2048 (a LAMB norm block). The default is 65536 for
+/// `hs_threads_new`, and 16384 for `hs_threads_calling_thread(n >= 2)`, whose pool pays no
+/// hand-off (both chosen by benchmark: docs/DESIGN.md, "Parallel driver"). Only where work runs changes,
+/// never the bits. `HS_NULL_POINTER`, or `HS_INVALID_ARGUMENT` for `elements == 0`; on an error
+/// the grain is unchanged. Not while a step on another thread uses the same handle (each
+/// `hs_threads_calling_thread` call gives its own handle to the pool, with its own grain).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_threads_set_grain(
+    threads: *mut hs_threads,
+    elements: usize,
+) -> hs_status {
+    guard(|| {
+        let t = unsafe { required_mut(threads, "threads")? };
+        if elements == 0 {
+            return Err(invalid("grain: 0 elements (at least 1)"));
+        }
+        t.0 = t.0.clone().with_grain(elements);
+        Ok(())
+    })
+}
+
+/// The grain of `threads` in elements (see `hs_threads_set_grain`); 0 for NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_threads_grain(threads: *const hs_threads) -> usize {
+    unsafe { threads.as_ref() }.map_or(0, |t| t.0.grain())
+}
+
+/// Frees a `hs_threads` (NULL is ignored).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_threads_free(threads: *mut hs_threads) {
+    if !threads.is_null() {
+        drop(unsafe { Box::from_raw(threads) });
+    }
+}

@@ -1,0 +1,107 @@
+//! Adam / AdamW on vectors (SPEC.md §6.4), and the moment updates LAMB shares.
+
+use super::*;
+use crate::reference::adam::AdamConsts;
+use crate::tensors::AdamTensor;
+
+/// The moment updates shared by Adam and LAMB.
+#[inline(always)]
+pub(super) unsafe fn moments<V: Simd>(
+    omb1: V::F,
+    beta2: V::F,
+    omb2: V::F,
+    g: V::F,
+    m: V::F,
+    v: V::F,
+) -> (V::F, V::F) {
+    unsafe {
+        (
+            V::fma(omb1, V::sub(g, m), m),
+            V::fma(beta2, v, V::mul(omb2, V::mul(g, g))),
+        )
+    }
+}
+
+struct AdamOp<V: Simd> {
+    c: AdamConsts,
+    omb1: V::F,
+    beta2: V::F,
+    omb2: V::F,
+    neg_step: V::F,
+    inv_sqrt_bc2: V::F,
+    eps: V::F,
+    wd: V::F,
+    decay: V::F,
+}
+
+impl<V: Simd> ElementOp<V> for AdamOp<V> {
+    const WRITE_W: bool = true;
+    // Slot 2 is None unless amsgrad, so "writing" it is a no-op otherwise.
+    const WRITE_S: [bool; 3] = [true, true, true];
+
+    #[inline(always)]
+    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
+        unsafe {
+            let c = &self.c;
+            let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };
+            let mut p = v.p;
+            if c.use_weight_decay {
+                if c.decoupled {
+                    p = V::mul(p, self.decay);
+                } else {
+                    g = V::fma(self.wd, p, g);
+                }
+            }
+            let (m, vv) = moments::<V>(self.omb1, self.beta2, self.omb2, g, v.s[0], v.s[1]);
+            debug_assert_eq!(L::S2::PRESENT, c.amsgrad);
+            let v_used = if L::S2::PRESENT {
+                let bigger = V::mask_or(V::gt(vv, v.s[2]), V::is_nan(vv));
+                v.s[2] = V::select(bigger, vv, v.s[2]);
+                v.s[2]
+            } else {
+                vv
+            };
+            let denom = V::fma(V::sqrt(v_used), self.inv_sqrt_bc2, self.eps);
+            v.s[0] = m;
+            v.s[1] = vv;
+            v.p = V::fma(self.neg_step, V::div(m, denom), p);
+        }
+    }
+}
+
+#[inline(always)]
+pub(crate) unsafe fn adam<V: Simd>(c: &AdamConsts, ctx: &StepContext, t: &mut AdamTensor<'_>) {
+    unsafe {
+        let n = t.weights.len();
+        let s2 = match t.max_exp_avg_sq.as_mut() {
+            Some(x) => Some(Buf::state(x)),
+            None => None,
+        };
+        let d = DynBufs {
+            w: Buf::weights(&mut t.weights),
+            g: Some(Buf::grads(&t.grads)),
+            s: [
+                Some(Buf::state(&mut t.exp_avg)),
+                Some(Buf::state(&mut t.exp_avg_sq)),
+                s2,
+            ],
+        };
+        let mut op = AdamOp::<V> {
+            c: *c,
+            omb1: V::splat(c.one_minus_beta1),
+            beta2: V::splat(c.beta2),
+            omb2: V::splat(c.one_minus_beta2),
+            neg_step: V::splat(-c.step_size),
+            inv_sqrt_bc2: V::splat(c.inv_sqrt_bc2),
+            eps: V::splat(c.eps),
+            wd: V::splat(c.weight_decay),
+            decay: V::splat(c.decay_factor),
+        };
+        let (base, st) = (t.stream.index_base, &t.stream);
+        if s2.is_some() {
+            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Has, Has, Has]);
+        } else {
+            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Has, Has, Lacks]);
+        }
+    }
+}

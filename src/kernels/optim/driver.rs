@@ -1,0 +1,471 @@
+//! The element-wise driver: each chunk's values loaded through the call's [`Layout`], one
+//! optimizer's [`ElementOp`] applied, the results stored, chunk after chunk over the tensor
+//! ([`drive`]); NaN gradients and weights tracked for the canonical NaN rule.
+
+use super::*;
+
+/// One chunk's values: weights, gradients, states.
+pub(super) struct Vals<V: Simd> {
+    pub(super) p: V::F,
+    pub(super) g: V::F,
+    pub(super) s: [V::F; 3],
+}
+
+impl<V: Simd> Clone for Vals<V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<V: Simd> Copy for Vals<V> {}
+
+/// One optimizer's (or pass's) arithmetic on a chunk. A trait with an always-inlined method
+/// rather than a closure, so the code compiles with the entry point's target features.
+pub(super) trait ElementOp<V: Simd> {
+    /// Whether the pass writes the weights, and each state slot.
+    const WRITE_W: bool;
+    const WRITE_S: [bool; 3];
+    /// Whether the pass reads each state slot (a slot it only writes is not loaded).
+    const READ_S: [bool; 3] = [true; 3];
+    /// Transforms the loaded values of the chunk at global index `e`.
+    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>);
+}
+
+/// The buffers one chunk reads and writes (the tensor's, or a stage's).
+struct ChunkBufs<V: Simd, L: Layout<V>> {
+    w: L::W,
+    g: L::G,
+    s0: L::S0,
+    s1: L::S1,
+    s2: L::S2,
+}
+
+/// Loads one chunk from `c` at `off`, applies `op`, stores what the op writes.
+#[inline(always)]
+unsafe fn process<V: Simd, L: Layout<V>, O: ElementOp<V>>(
+    op: &mut O,
+    b: &mut Bufs<V, L>,
+    c: &ChunkBufs<V, L>,
+    off: isize,
+    e: u64,
+) {
+    unsafe { finish::<V, L, O>(op, b, c, load_vals::<V, L, O>(c, off), off, e) }
+}
+
+/// The values of the chunk at `off` that `O` reads (zero for the states it does not).
+#[inline(always)]
+unsafe fn load_vals<V: Simd, L: Layout<V>, O: ElementOp<V>>(
+    c: &ChunkBufs<V, L>,
+    off: isize,
+) -> Vals<V> {
+    unsafe { load_group::<V, L, O, 1>(c, off)[0] }
+}
+
+/// The values of the `G` chunks from `off`, loaded buffer by buffer ([`Access::load_group`]);
+/// a state slot the op does not read is left zero.
+#[inline(always)]
+unsafe fn load_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
+    c: &ChunkBufs<V, L>,
+    off: isize,
+) -> [Vals<V>; G] {
+    unsafe {
+        let zero = [V::splat(0.0); G];
+        let p = c.w.load_group::<G>(off);
+        let g = c.g.load_group::<G>(off);
+        let s0 = if O::READ_S[0] {
+            c.s0.load_group::<G>(off)
+        } else {
+            zero
+        };
+        let s1 = if O::READ_S[1] {
+            c.s1.load_group::<G>(off)
+        } else {
+            zero
+        };
+        let s2 = if O::READ_S[2] {
+            c.s2.load_group::<G>(off)
+        } else {
+            zero
+        };
+        let mut v = [Vals::<V> {
+            p: zero[0],
+            g: zero[0],
+            s: [zero[0]; 3],
+        }; G];
+        unrolled!(G, i => {
+            v[i] = Vals {
+                p: p[i],
+                g: g[i],
+                s: [s0[i], s1[i], s2[i]],
+            };
+        });
+        v
+    }
+}
+
+/// Applies `op` to the chunk's values `v` (loaded from `off`) and stores what the op writes.
+#[inline(always)]
+unsafe fn finish<V: Simd, L: Layout<V>, O: ElementOp<V>>(
+    op: &mut O,
+    b: &mut Bufs<V, L>,
+    c: &ChunkBufs<V, L>,
+    v: Vals<V>,
+    off: isize,
+    e: u64,
+) {
+    unsafe { finish_group::<V, L, O, 1>(op, b, c, [v], off, e) }
+}
+
+/// [`finish`] for `G` consecutive chunks from `off` (global `e`): applies `op` to each in order,
+/// then stores them buffer by buffer ([`Access::store_group`]).
+#[inline(always)]
+unsafe fn finish_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
+    op: &mut O,
+    b: &mut Bufs<V, L>,
+    c: &ChunkBufs<V, L>,
+    mut vs: [Vals<V>; G],
+    off: isize,
+    e: u64,
+) {
+    unsafe {
+        unrolled!(G, i => {
+            compute::<V, L, O>(op, b, &mut vs[i], e + (i * V::LANES) as u64);
+        });
+        let [r0, r1, r2] = &mut b.rng_s;
+        // Gathered per buffer (no closures: see `any_nan`), and stored in the reverse of the
+        // order loaded: of two buffers whose lines collide, the one loaded last is the one in
+        // L1, so it is stored first.
+        let mut x = [V::splat(0.0); G];
+        if O::WRITE_S[2] {
+            unrolled!(G, i => {
+                x[i] = vs[i].s[2];
+            });
+            c.s2.store_group(off, &x, r2, e);
+        }
+        if O::WRITE_S[1] {
+            unrolled!(G, i => {
+                x[i] = vs[i].s[1];
+            });
+            c.s1.store_group(off, &x, r1, e);
+        }
+        if O::WRITE_S[0] {
+            unrolled!(G, i => {
+                x[i] = vs[i].s[0];
+            });
+            c.s0.store_group(off, &x, r0, e);
+        }
+        if O::WRITE_W {
+            unrolled!(G, i => {
+                x[i] = vs[i].p;
+            });
+            c.w.store_group(off, &x, &mut b.rng_w, e);
+        }
+    }
+}
+
+/// Applies `op` to one chunk's values (global index `e`) and canonicalises the NaNs it stores.
+#[inline(always)]
+unsafe fn compute<V: Simd, L: Layout<V>, O: ElementOp<V>>(
+    op: &mut O,
+    b: &mut Bufs<V, L>,
+    v: &mut Vals<V>,
+    e: u64,
+) {
+    unsafe {
+        op.apply(v, e, b);
+        // NaN canonicalisation (SPEC.md §5) for the whole chunk at once: an unordered compare
+        // per pair of stored vectors and one test, the blends only when some lane is NaN
+        // (it was a compare and a blend per stored vector: on AVX2 the blend is a multi-uop
+        // `vblendvps`, on Sapphire Rapids' AVX-512 both take one of the two ports that run 512-bit uops).
+        let canon = [
+            O::WRITE_S[0] && L::S0::CANONICAL,
+            O::WRITE_S[1] && L::S1::CANONICAL,
+            O::WRITE_S[2] && L::S2::CANONICAL,
+            O::WRITE_W && L::W::CANONICAL,
+        ];
+        if any_nan::<V>(canon, [v.s[0], v.s[1], v.s[2], v.p]) {
+            if canon[0] {
+                v.s[0] = canonicalize::<V>(v.s[0]);
+            }
+            if canon[1] {
+                v.s[1] = canonicalize::<V>(v.s[1]);
+            }
+            if canon[2] {
+                v.s[2] = canonicalize::<V>(v.s[2]);
+            }
+            if canon[3] {
+                v.p = canonicalize::<V>(v.p);
+            }
+        }
+    }
+}
+
+/// Whether any lane of the vectors `xs[i]` with `on[i]` is NaN (`on` is known at compile time).
+/// Straight-line calls, no loop or closure: LLVM kept a loop over the four in memory, and a
+/// closure would be compiled without the entry point's target features.
+#[inline(always)]
+unsafe fn any_nan<V: Simd>(on: [bool; 4], xs: [V::F; 4]) -> bool {
+    unsafe {
+        let mut acc = NanAcc::<V> {
+            mask: None,
+            pending: None,
+        };
+        acc.push(on[0], xs[0]);
+        acc.push(on[1], xs[1]);
+        acc.push(on[2], xs[2]);
+        acc.push(on[3], xs[3]);
+        if let Some(y) = acc.pending {
+            acc.or(V::is_nan(y));
+        }
+        match acc.mask {
+            Some(m) => V::any(m),
+            None => false,
+        }
+    }
+}
+
+/// [`any_nan`]'s running mask, and a vector waiting for a partner (a compare takes two).
+struct NanAcc<V: Simd> {
+    mask: Option<V::M>,
+    pending: Option<V::F>,
+}
+
+impl<V: Simd> NanAcc<V> {
+    #[inline(always)]
+    unsafe fn push(&mut self, on: bool, x: V::F) {
+        if on {
+            match self.pending.take() {
+                Some(y) => unsafe { self.or(V::is_nan2(y, x)) },
+                None => self.pending = Some(x),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn or(&mut self, m: V::M) {
+        self.mask = Some(match self.mask {
+            Some(a) => unsafe { V::mask_or(a, m) },
+            None => m,
+        });
+    }
+}
+
+/// The element-wise driver: a [`ChunkBody`] that runs full chunks through [`process`] in place
+/// and stages partial ones.
+struct Driver<'a, V: Simd, L: Layout<V>, O: ElementOp<V>> {
+    b: &'a mut Bufs<V, L>,
+    op: &'a mut O,
+    c: ChunkBufs<V, L>,
+    /// Whether full chunks prefetch ([`Layout::PREFETCH_AHEAD_BYTES`] ahead).
+    prefetch: bool,
+}
+
+impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O> {
+    #[inline(always)]
+    unsafe fn full(&mut self, off: isize, e: u64) {
+        unsafe { process::<V, L, O>(self.op, self.b, &self.c, off, e) }
+    }
+
+    #[inline(always)]
+    fn prefetching(&self) -> bool {
+        self.prefetch
+    }
+
+    /// Full chunks overlapped where [`crate::arch::Simd::OVERLAP_CHUNKS`]: each chunk's loads are issued
+    /// before the previous chunk's stores. Why: tensors allocated one after another (glibc's
+    /// heap, and so PyTorch's) lie their size plus 64 bytes apart. Where that size is a multiple
+    /// of 1 MiB, a load from one buffer falls one chunk after a store to the buffer allocated
+    /// after it, at an address equal modulo 1 MiB, and on Sapphire Rapids the in-order loop ran
+    /// 2-3x slower (docs/DESIGN.md, "SIMD backends"). The bits are
+    /// the same: a chunk still reads only its own elements, and a call's buffers never overlap.
+    ///
+    /// And, where the weights are split, loaded and stored in groups of [`crate::arch::Simd::STORE_GROUP`]
+    /// chunks, buffer by buffer (all of a group's trails, then all its tops; stores in the
+    /// reverse order of the loads) rather than chunk by chunk. Why: AMD's L1 holds one line per
+    /// set and "µtag" (a hash of address bits 12-27), so two buffers whose lines collide evict
+    /// each other at every access, and stores retire in order. A split tensor of 64M elements,
+    /// allocated as two 128 MiB buffers one after another (PyTorch, glibc), collides along half
+    /// its length; chunk by chunk, split SGD ran 1.6x slower on AVX-512 and 2.7x on AVX2 than
+    /// with the buffers apart (docs/DESIGN.md). Grouped, a group's accesses to one
+    /// line follow each other. Same bits: each chunk is computed as alone, in the same order.
+    #[inline(always)]
+    unsafe fn full_run(&mut self, off: isize, e: u64, end: u64) {
+        unsafe {
+            // Inline-const conditions: rustc instantiates only the branch taken, so each driver
+            // compiles one loop, not all three (the library's build spends its time on these).
+            if const { L::W::GROUPED && V::STORE_GROUP == 2 } {
+                self.full_run_grouped::<2>(off, e, end)
+            } else if const { L::W::GROUPED && V::STORE_GROUP == 4 } {
+                self.full_run_grouped::<4>(off, e, end)
+            } else {
+                self.full_run_chunks(off, e, end)
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch(&mut self, off: isize) {
+        unsafe {
+            let (c, ahead) = (&self.c, L::PREFETCH_AHEAD_BYTES);
+            c.w.prefetch(off, ahead);
+            c.g.prefetch(off, ahead);
+            if O::READ_S[0] || O::WRITE_S[0] {
+                c.s0.prefetch(off, ahead);
+            }
+            if O::READ_S[1] || O::WRITE_S[1] {
+                c.s1.prefetch(off, ahead);
+            }
+            if O::READ_S[2] || O::WRITE_S[2] {
+                c.s2.prefetch(off, ahead);
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn partial(&mut self, ch: &Chunk) {
+        unsafe {
+            let c = &self.c;
+            let mut st = [
+                Stage::new(),
+                Stage::new(),
+                Stage::new(),
+                Stage::new(),
+                Stage::new(),
+            ];
+            let [sw, sg, s0, s1, s2] = &mut st;
+            let staged = ChunkBufs::<V, L> {
+                w: c.w.stage(sw, ch),
+                g: c.g.stage(sg, ch),
+                s0: c.s0.stage(s0, ch),
+                s1: c.s1.stage(s1, ch),
+                s2: c.s2.stage(s2, ch),
+            };
+            process::<V, L, O>(self.op, self.b, &staged, 0, ch.e);
+            if O::WRITE_W {
+                c.w.unstage(&st[0], ch);
+            }
+            if O::WRITE_S[0] {
+                c.s0.unstage(&st[2], ch);
+            }
+            if O::WRITE_S[1] {
+                c.s1.unstage(&st[3], ch);
+            }
+            if O::WRITE_S[2] {
+                c.s2.unstage(&st[4], ch);
+            }
+        }
+    }
+}
+
+impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
+    /// [`ChunkBody::full_run`] chunk by chunk: overlapped where [`crate::arch::Simd::OVERLAP_CHUNKS`], with
+    /// a copy of the loop per prefetch case (as in `full_run_plain`: a test per chunk cost f32
+    /// SGD at 64K 8-15% on AVX-512).
+    #[inline(always)]
+    unsafe fn full_run_chunks(&mut self, mut off: isize, mut e: u64, end: u64) {
+        unsafe {
+            let l = V::LANES as u64;
+            if const { !V::OVERLAP_CHUNKS } {
+                return full_run_plain::<V, Self>(self, off, e, end);
+            }
+            // At least one full chunk (`run_chunks`); with exactly one, the loops below are empty
+            // and the last `finish` computes it.
+            let last = end - l;
+            let mut v = load_vals::<V, L, O>(&self.c, off);
+            if self.prefetch {
+                while e < last {
+                    self.prefetch(off);
+                    let next = load_vals::<V, L, O>(&self.c, off + V::LANES as isize);
+                    finish::<V, L, O>(self.op, self.b, &self.c, v, off, e);
+                    v = next;
+                    off += V::LANES as isize;
+                    e += l;
+                }
+                self.prefetch(off);
+            } else {
+                while e < last {
+                    let next = load_vals::<V, L, O>(&self.c, off + V::LANES as isize);
+                    finish::<V, L, O>(self.op, self.b, &self.c, v, off, e);
+                    v = next;
+                    off += V::LANES as isize;
+                    e += l;
+                }
+            }
+            finish::<V, L, O>(self.op, self.b, &self.c, v, off, e);
+        }
+    }
+
+    /// [`ChunkBody::full_run`] with groups of `G` chunks, and the chunks after the last group
+    /// one by one. One copy of each loop body, with the prefetch test in the group loop (once
+    /// per group): a copy per case had made the test profile's build of the crate take minutes
+    /// longer.
+    #[inline(always)]
+    unsafe fn full_run_grouped<const G: usize>(&mut self, mut off: isize, mut e: u64, end: u64) {
+        unsafe {
+            let (l, gl) = (V::LANES as u64, (G * V::LANES) as u64);
+            let last = e + (end - e) / gl * gl;
+            if last - e >= 2 * gl {
+                let mut v = load_group::<V, L, O, G>(&self.c, off);
+                while e + gl < last {
+                    if self.prefetch {
+                        unrolled!(G, i => {
+                            self.prefetch(off + (i * V::LANES) as isize);
+                        });
+                    }
+                    if V::OVERLAP_CHUNKS {
+                        // The next group's loads before this group's stores.
+                        let next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
+                        finish_group::<V, L, O, G>(self.op, self.b, &self.c, v, off, e);
+                        v = next;
+                    } else {
+                        finish_group::<V, L, O, G>(self.op, self.b, &self.c, v, off, e);
+                        v = load_group::<V, L, O, G>(&self.c, off + gl as isize);
+                    }
+                    off += gl as isize;
+                    e += gl;
+                }
+                finish_group::<V, L, O, G>(self.op, self.b, &self.c, v, off, e);
+                off += gl as isize;
+                e += gl;
+            }
+            while e < end {
+                process::<V, L, O>(self.op, self.b, &self.c, off, e);
+                off += l as isize;
+                e += l;
+            }
+        }
+    }
+}
+
+/// Runs `op` over the tensor of `n` elements starting at global index `base`.
+#[inline(always)]
+pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
+    n: usize,
+    base: u64,
+    b: &mut Bufs<V, L>,
+    op: &mut O,
+) {
+    unsafe {
+        let c = ChunkBufs::<V, L> {
+            w: b.w,
+            g: b.g,
+            s0: b.s0,
+            s1: b.s1,
+            s2: b.s2,
+        };
+        let prefetch = V::HAS_PREFETCH && n >= PREFETCH_MIN && crate::cpu::software_prefetch();
+        run_chunks::<V, _>(base, n, &mut Driver { b, op, c, prefetch });
+    }
+}
+
+/// `weight_decay != 0`, decided once per call. `black_box` keeps it a `bool`: otherwise LLVM
+/// folds it back into a float compare in every chunk, a uop on a vector port.
+#[inline(always)]
+pub(super) fn decays(weight_decay: f32) -> bool {
+    core::hint::black_box(weight_decay != 0.0)
+}
+
+#[inline(always)]
+pub(super) unsafe fn neg<V: Simd>(x: V::F) -> V::F {
+    unsafe { V::from_bits(V::xor_u(V::to_bits(x), V::splat_u(0x8000_0000))) }
+}

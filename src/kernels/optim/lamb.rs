@@ -1,0 +1,301 @@
+//! LAMB's two passes on vectors (SPEC.md §6.5, §7): block norms of p and u, then the update scaled by
+//! the trust ratio.
+
+use super::adam::moments;
+use super::*;
+use crate::reference::lamb::LambConsts;
+use crate::reference::norm::{NORM_BLOCK, NORM_LANES, fold_lanes};
+use crate::tensors::LambTensor;
+
+/// LAMB's splatted constants.
+#[derive(Clone, Copy)]
+struct LambV<V: Simd> {
+    inv_bc1: V::F,
+    inv_bc2: V::F,
+    eps: V::F,
+    wd: V::F,
+    /// Whether weight decay applies ([`decays`]).
+    decay: bool,
+}
+
+impl<V: Simd> LambV<V> {
+    /// The update direction from the weight and the stored moments.
+    #[inline(always)]
+    unsafe fn direction(&self, p: V::F, m: V::F, v: V::F) -> V::F {
+        unsafe {
+            let u = V::div(
+                V::mul(m, self.inv_bc1),
+                V::add(V::sqrt(V::mul(v, self.inv_bc2)), self.eps),
+            );
+            if self.decay { V::fma(self.wd, p, u) } else { u }
+        }
+    }
+}
+
+/// The canonical sums of squares (SPEC.md §7) of p and u per norm block, over chunks fed in
+/// global-index order; each block's pair goes to `out[block - first]` when the block is done.
+struct BlockNorms<V: Simd> {
+    p: V::Acc,
+    u: V::Acc,
+    block: u64,
+    first: u64,
+    out: *mut [f64; 2],
+}
+
+impl<V: Simd> BlockNorms<V> {
+    #[inline(always)]
+    unsafe fn new(base: u64, out: *mut [f64; 2]) -> Self {
+        unsafe {
+            BlockNorms {
+                p: V::acc_zero(),
+                u: V::acc_zero(),
+                block: u64::MAX,
+                first: base / NORM_BLOCK as u64,
+                out,
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn add(&mut self, p: V::F, u: V::F, e: u64) {
+        unsafe {
+            let block = e / NORM_BLOCK as u64;
+            if block != self.block {
+                self.close();
+                self.block = block;
+            }
+            let lane = (e % NORM_LANES as u64) as usize;
+            self.p = V::acc_add_squares(self.p, p, lane);
+            self.u = V::acc_add_squares(self.u, u, lane);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn close(&mut self) {
+        unsafe {
+            if self.block != u64::MAX {
+                *self.out.add((self.block - self.first) as usize) = [
+                    fold_lanes(V::acc_lanes(self.p)),
+                    fold_lanes(V::acc_lanes(self.u)),
+                ];
+                self.p = V::acc_zero();
+                self.u = V::acc_zero();
+            }
+        }
+    }
+}
+
+/// Pass 1: moments, and the norms of p and of u computed from the moments as stored; with
+/// `KEEP`, u also goes to state slot 2 (the workspace's directions) for pass 2.
+struct LambPass1<V: Simd, const KEEP: bool> {
+    k: LambV<V>,
+    omb1: V::F,
+    beta2: V::F,
+    omb2: V::F,
+    norms: BlockNorms<V>,
+}
+
+impl<V: Simd, const KEEP: bool> LambPass1<V, KEEP> {
+    #[inline(always)]
+    unsafe fn new(c: &LambConsts, norms: BlockNorms<V>) -> Self {
+        unsafe {
+            LambPass1 {
+                k: LambV::new(c),
+                omb1: V::splat(c.one_minus_beta1),
+                beta2: V::splat(c.beta2),
+                omb2: V::splat(c.one_minus_beta2),
+                norms,
+            }
+        }
+    }
+}
+
+impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
+    const WRITE_W: bool = false;
+    const WRITE_S: [bool; 3] = [true, true, KEEP];
+    const READ_S: [bool; 3] = [true, true, false];
+
+    #[inline(always)]
+    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>) {
+        unsafe {
+            let (m, vv) = moments::<V>(self.omb1, self.beta2, self.omb2, v.g, v.s[0], v.s[1]);
+            let [r0, r1, _] = &mut b.rng_s;
+            let m_stored = b.s0.as_stored(m, r0, e);
+            let v_stored = b.s1.as_stored(vv, r1, e);
+            // Staged lanes outside the slice hold zeros, so they add +0 to both sums.
+            let u = self.k.direction(v.p, m_stored, v_stored);
+            self.norms.add(v.p, u, e);
+            v.s[0] = m;
+            v.s[1] = vv;
+            v.s[2] = u;
+        }
+    }
+}
+
+/// Pass 2: the weights, with u recomputed from the same stored moments, or with `KEPT` read
+/// from state slot 0 where pass 1 kept it (the same value, without a second divide and square
+/// root per element).
+struct LambPass2<V: Simd, const KEPT: bool> {
+    k: LambV<V>,
+    neg_lr_ratio: V::F,
+}
+
+impl<V: Simd, const KEPT: bool> ElementOp<V> for LambPass2<V, KEPT> {
+    const WRITE_W: bool = true;
+    const WRITE_S: [bool; 3] = [false; 3];
+
+    #[inline(always)]
+    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
+        unsafe {
+            let u = if KEPT {
+                v.s[0]
+            } else {
+                self.k.direction(v.p, v.s[0], v.s[1])
+            };
+            v.p = V::fma(self.neg_lr_ratio, u, v.p);
+        }
+    }
+}
+
+impl<V: Simd> LambV<V> {
+    #[inline(always)]
+    unsafe fn new(c: &LambConsts) -> Self {
+        unsafe {
+            LambV::<V> {
+                inv_bc1: V::splat(c.inv_bc1),
+                inv_bc2: V::splat(c.inv_bc2),
+                eps: V::splat(c.eps),
+                wd: V::splat(c.weight_decay),
+                decay: decays(c.weight_decay),
+            }
+        }
+    }
+}
+
+/// LAMB pass 1 over one tensor (or a piece of one): moments stored, and the canonical sums of
+/// squares of p and u of every norm block the piece touches written to `out` in block order;
+/// each u also to `kept` when given (one f32 per element of the piece).
+/// A piece must not share a block with another piece (the parallel driver cuts at block edges).
+#[inline(always)]
+pub(crate) unsafe fn lamb_pass1<V: Simd>(
+    c: &LambConsts,
+    ctx: &StepContext,
+    t: &mut LambTensor<'_>,
+    out: &mut [[f64; 2]],
+    kept: Option<&mut [f32]>,
+) {
+    unsafe {
+        let n = t.weights.len();
+        let base = t.stream.index_base;
+        debug_assert_eq!(out.len(), crate::reference::norm::spanned_blocks(base, n));
+        let norms = BlockNorms::new(base, out.as_mut_ptr());
+        let mut d = DynBufs {
+            w: Buf::weights(&mut t.weights),
+            g: Some(Buf::grads(&t.grads)),
+            s: [
+                Some(Buf::state(&mut t.exp_avg)),
+                Some(Buf::state(&mut t.exp_avg_sq)),
+                None,
+            ],
+        };
+        let st = &t.stream;
+        match kept {
+            Some(kept) => {
+                debug_assert_eq!(kept.len(), n);
+                d.s[2] = Some(Buf::F32(kept.as_mut_ptr()));
+                let mut p1 = LambPass1::<V, true>::new(c, norms);
+                drive_layouts!(
+                    V,
+                    n,
+                    base,
+                    ctx,
+                    st,
+                    d,
+                    &mut p1,
+                    [Has, Has, Has, Scratch],
+                    no_sr_layouts
+                );
+                p1.norms.close();
+            }
+            None => {
+                let mut p1 = LambPass1::<V, false>::new(c, norms);
+                drive_layouts!(
+                    V,
+                    n,
+                    base,
+                    ctx,
+                    st,
+                    d,
+                    &mut p1,
+                    [Has, Has, Has, Lacks],
+                    no_sr_layouts
+                );
+                p1.norms.close();
+            }
+        }
+    }
+}
+
+/// LAMB pass 2 over one tensor (or a piece): `p = fma(-lr_ratio, u, p)`, u read from `kept`
+/// when pass 1 kept it, else recomputed from the stored moments (the same value).
+#[inline(always)]
+pub(crate) unsafe fn lamb_pass2<V: Simd>(
+    c: &LambConsts,
+    ctx: &StepContext,
+    t: &mut LambTensor<'_>,
+    lr_ratio: f32,
+    kept: Option<&[f32]>,
+) {
+    unsafe {
+        let n = t.weights.len();
+        let (base, st) = (t.stream.index_base, &t.stream);
+        let (k, neg_lr_ratio) = (LambV::new(c), V::splat(-lr_ratio));
+        let w = Buf::weights(&mut t.weights);
+        match kept {
+            Some(kept) => {
+                debug_assert_eq!(kept.len(), n);
+                // Read only: pass 2 has no store to slot 0.
+                let d = DynBufs {
+                    w,
+                    g: None,
+                    s: [Some(Buf::F32(kept.as_ptr().cast_mut())), None, None],
+                };
+                let mut p2 = LambPass2::<V, true> { k, neg_lr_ratio };
+                drive_layouts!(
+                    V,
+                    n,
+                    base,
+                    ctx,
+                    st,
+                    d,
+                    &mut p2,
+                    [Lacks, Scratch, Lacks, Lacks],
+                    no_sr_layouts
+                );
+            }
+            None => {
+                let d = DynBufs {
+                    w,
+                    g: None,
+                    s: [
+                        Some(Buf::state(&mut t.exp_avg)),
+                        Some(Buf::state(&mut t.exp_avg_sq)),
+                        None,
+                    ],
+                };
+                let mut p2 = LambPass2::<V, false> { k, neg_lr_ratio };
+                drive_layouts!(
+                    V,
+                    n,
+                    base,
+                    ctx,
+                    st,
+                    d,
+                    &mut p2,
+                    [Lacks, Has, Has, Lacks],
+                    no_sr_layouts
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,695 @@
+//! The four optimizers (SPEC.md §5–7), each written once, generic over the lane type: here the
+//! storage access every buffer goes through (`Access`, one type per storage kind, and `Layout`, the
+//! kinds of one call's buffers) and the element-wise driver; one file per optimizer below.
+
+use super::Simd;
+use super::round::{canonicalize, from_bf16, to_bf16};
+use super::{Chunk, ChunkBody, GroupBits, Stage, full_run_plain, run_chunks, stage_in, stage_out};
+use crate::reference::round::Rounding;
+use crate::rng::{Purpose, StepContext, TensorStream, coord};
+use crate::storage::{Grads, State, Weights};
+
+/// Runs `$body` with `$i` bound to 0, 1, … `$g - 1` (`$g` at most 4, known at compile time),
+/// unrolled in the source. A `for` loop over a group was left rolled where the body was large
+/// (LAMB, Adam), with the group's arrays in memory: LAMB at 64K elements ran 30% slower on AVX2.
+macro_rules! unrolled {
+    ($g:expr, $i:ident => $body:block) => {{
+        const { assert!($g <= 4) };
+        if 0 < $g {
+            let $i: usize = 0;
+            $body
+        }
+        if 1 < $g {
+            let $i: usize = 1;
+            $body
+        }
+        if 2 < $g {
+            let $i: usize = 2;
+            $body
+        }
+        if 3 < $g {
+            let $i: usize = 3;
+            $body
+        }
+    }};
+}
+
+/// One buffer as raw pointers to element 0 of the slice, its kind known only at run time (the
+/// storage kinds a caller passed). Gradients are never written.
+#[derive(Clone, Copy)]
+enum Buf {
+    F32(*mut f32),
+    Split(*mut u16, *mut u16),
+    Bf16(*mut u16, Rounding),
+}
+
+impl Buf {
+    fn weights(w: &mut Weights<'_>) -> Buf {
+        match w {
+            Weights::F32(s) => Buf::F32(s.as_mut_ptr()),
+            Weights::Split { top, trail } => {
+                Buf::Split(top.as_mut_ptr().cast(), trail.as_mut_ptr())
+            }
+            Weights::Bf16(s, r) => Buf::Bf16(s.as_mut_ptr().cast(), *r),
+        }
+    }
+
+    fn state(s: &mut State<'_>) -> Buf {
+        match s {
+            State::F32(s) => Buf::F32(s.as_mut_ptr()),
+            State::Bf16(s, r) => Buf::Bf16(s.as_mut_ptr().cast(), *r),
+        }
+    }
+
+    /// Read-only view of the gradients (the pointer is never written through).
+    fn grads(g: &Grads<'_>) -> Buf {
+        match g {
+            Grads::F32(s) => Buf::F32(s.as_ptr().cast_mut()),
+            Grads::Bf16(s) => Buf::Bf16(s.as_ptr().cast_mut().cast(), Rounding::NearestEven),
+        }
+    }
+}
+
+/// How one buffer of a chunk is read and written. Implemented by one type per storage kind, so
+/// that the hot storage combinations compile to a loop with no per-chunk `match` (see
+/// `drive_layouts!` below), by [`Absent`] for a buffer the call does not have, and by [`Buf`],
+/// which picks the kind at run time for every other combination.
+trait Access<V: Simd>: Copy {
+    /// Whether the call has this buffer (false only for [`Absent`]). The optimizers read it
+    /// instead of their `use_momentum` / `amsgrad` flags, which validation ties to the buffer's
+    /// presence, so the branch is decided at compile time.
+    const PRESENT: bool = true;
+
+    /// Whether the kind is f32 (or absent): decides the layout's prefetch distance.
+    const WIDE: bool = false;
+
+    /// Whether calls with this kind of weights load and store their chunks in groups
+    /// (`Driver::full_run`: why): split weights only. Grouped too, f32 SGD at 64K elements ran
+    /// 10% (AVX-512) and 19% (AVX2) slower on Zen 4; all-f32 steps gained only where their
+    /// buffers collided.
+    const GROUPED: bool = false;
+
+    /// Whether stores must hold canonical NaNs (SPEC.md §5): every kind the caller passes. Not
+    /// the library's own scratch, nor an absent buffer.
+    const CANONICAL: bool = true;
+
+    /// This kind's view of `b`, or `None` when `b` is of another kind (or absent / present
+    /// where this one is not).
+    fn from_buf(b: Option<Buf>) -> Option<Self>;
+
+    /// `LANES` elements from local index `off`, widened to f32 (exact).
+    unsafe fn load(&self, off: isize) -> V::F;
+
+    /// [`Access::load`] of `G` consecutive chunks from `off`: chunk by chunk, but for split
+    /// weights all trails before all tops (`Driver::full_run`: why).
+    #[inline(always)]
+    unsafe fn load_group<const G: usize>(&self, off: isize) -> [V::F; G] {
+        unsafe {
+            let mut v = [V::splat(0.0); G];
+            unrolled!(G, i => {
+                v[i] = self.load(off + (i * V::LANES) as isize);
+            });
+            v
+        }
+    }
+
+    /// The bits `v` is stored as (narrowed for bf16); `rng` supplies the random bits of the chunk
+    /// at global index `e`, drawn only for stochastic rounding. By default the full f32 bits (f32
+    /// and split buffers). NaNs are already canonical: the driver's `process` canonicalises before storing.
+    #[inline(always)]
+    unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
+        unsafe { V::to_bits(v) }
+    }
+
+    /// What reading the buffer back would give after storing `v`, but for a NaN's payload: a
+    /// NaN reads back canonical, and is returned as it came. Nothing downstream can tell (LAMB,
+    /// the one user, feeds it to arithmetic whose NaN results are canonicalised when stored, and
+    /// to norms whose NaN only fails comparisons).
+    #[inline(always)]
+    unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
+        v
+    }
+
+    /// Stores `v` (NaNs already canonical where [`Access::CANONICAL`]).
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64);
+
+    /// Stores `G` consecutive chunks, `vs[i]` at local index `off + i * LANES` (global
+    /// `e + i * LANES`): chunk by chunk, but for split weights all trails before all tops
+    /// (`Driver::full_run`: why).
+    #[inline(always)]
+    unsafe fn store_group<const G: usize>(
+        &self,
+        off: isize,
+        vs: &[V::F; G],
+        rng: &mut GroupBits<V>,
+        e: u64,
+    ) {
+        unrolled!(G, i => {
+            unsafe { self.store(off + (i * V::LANES) as isize, vs[i], rng, e + (i * V::LANES) as u64) }
+        });
+    }
+
+    /// Prefetches `ahead` bytes past local index `off` (which may lie past the buffer).
+    #[inline(always)]
+    unsafe fn prefetch(&self, _off: isize, _ahead: usize) {}
+
+    /// Copies the chunk's valid lanes into `st` and returns a view of the stage (lane l at 0 + l).
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self;
+
+    /// Copies the valid lanes of a stage back.
+    unsafe fn unstage(&self, st: &Stage, c: &Chunk);
+}
+
+/// An f32 buffer; `CANONICAL` is [`Access::CANONICAL`] (false only for [`ScratchBuf`]).
+#[derive(Clone, Copy)]
+struct F32Buf<const CANONICAL: bool = true>(*mut f32);
+
+/// Split weights: the bf16 top half and the 16-bit trail (SPEC.md §4.4).
+#[derive(Clone, Copy)]
+struct SplitBuf(*mut u16, *mut u16);
+
+/// A bf16 buffer and the rounding its stores use: the caller's (the second field, read at run
+/// time) where `R` is [`ANY_ROUNDING`], else the one `R` names, fixed by the layout so that the
+/// per-chunk tests on it fold away (`drive_layouts!`).
+#[derive(Clone, Copy)]
+struct Bf16Buf<const R: u8 = ANY_ROUNDING>(*mut u16, Rounding);
+
+/// [`Bf16Buf`]'s parameter: the rounding is read at run time.
+const ANY_ROUNDING: u8 = 0;
+/// [`Bf16Buf`]'s parameter: every store rounds stochastically.
+const STOCHASTIC: u8 = 1;
+
+impl<const R: u8> Bf16Buf<R> {
+    #[inline(always)]
+    fn rounding(&self) -> Rounding {
+        match R {
+            STOCHASTIC => Rounding::Stochastic,
+            _ => self.1,
+        }
+    }
+}
+
+/// A buffer the call does not have: reads as zeros, stores nothing.
+#[derive(Clone, Copy)]
+struct Absent;
+
+/// The library's own f32 scratch (LAMB's kept directions): stored as computed, NaN payload and
+/// all, since it is only read back by pass 2, which must see what it would have recomputed.
+type ScratchBuf = F32Buf<false>;
+
+impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
+    const WIDE: bool = true;
+    const CANONICAL: bool = CANONICAL;
+
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        match b {
+            Some(Buf::F32(p)) => Some(F32Buf::<CANONICAL>(p)),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, off: isize) -> V::F {
+        unsafe { V::load(self.0.offset(off)) }
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, off: isize, v: V::F, _rng: &mut GroupBits<V>, _e: u64) {
+        unsafe { V::store(self.0.offset(off), v) }
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch(&self, off: isize, ahead: usize) {
+        unsafe { prefetch_ahead::<V, _>(self.0, off, ahead) }
+    }
+
+    #[inline(always)]
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
+        unsafe {
+            stage_in(self.0, st.f.as_mut_ptr(), c);
+            F32Buf::<CANONICAL>(st.f.as_mut_ptr())
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
+        unsafe { stage_out(st.f.as_ptr(), self.0, c) }
+    }
+}
+
+impl<V: Simd> Access<V> for SplitBuf {
+    const GROUPED: bool = true;
+
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        match b {
+            Some(Buf::Split(t, l)) => Some(SplitBuf(t, l)),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, off: isize) -> V::F {
+        unsafe { V::from_bits(V::load_u16_halves(self.0.offset(off), self.1.offset(off))) }
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
+        unsafe {
+            let b = <Self as Access<V>>::encode(self, v, rng, e);
+            V::store_u16_halves(self.0.offset(off), self.1.offset(off), b);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load_group<const G: usize>(&self, off: isize) -> [V::F; G] {
+        unsafe {
+            let mut lo = [V::splat_u(0); G];
+            unrolled!(G, i => {
+                lo[i] = V::load_u16_raw(self.1.offset(off + (i * V::LANES) as isize));
+            });
+            let mut v = [V::splat(0.0); G];
+            unrolled!(G, i => {
+                let hi = V::load_u16_raw(self.0.offset(off + (i * V::LANES) as isize));
+                v[i] = V::from_bits(V::unpack_u16_halves(hi, lo[i]));
+            });
+            v
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store_group<const G: usize>(
+        &self,
+        off: isize,
+        vs: &[V::F; G],
+        _rng: &mut GroupBits<V>,
+        _e: u64,
+    ) {
+        unsafe {
+            // Split bits need no random bits (`encode` is the f32 bits).
+            let mut packed = [V::splat_u(0); G];
+            unrolled!(G, i => {
+                packed[i] = V::pack_u16_halves(V::to_bits(vs[i]));
+            });
+            unrolled!(G, i => {
+                V::store_packed_hi(self.0.offset(off + (i * V::LANES) as isize), packed[i]);
+            });
+            unrolled!(G, i => {
+                V::store_packed_lo(self.1.offset(off + (i * V::LANES) as isize), packed[i]);
+            });
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch(&self, off: isize, ahead: usize) {
+        unsafe {
+            prefetch_ahead::<V, _>(self.0, off, ahead);
+            prefetch_ahead::<V, _>(self.1, off, ahead);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
+        unsafe {
+            stage_in(self.0, st.h.as_mut_ptr(), c);
+            stage_in(self.1, st.h2.as_mut_ptr(), c);
+            SplitBuf(st.h.as_mut_ptr(), st.h2.as_mut_ptr())
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
+        unsafe {
+            stage_out(st.h.as_ptr(), self.0, c);
+            stage_out(st.h2.as_ptr(), self.1, c);
+        }
+    }
+}
+
+impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        match b {
+            Some(Buf::Bf16(p, r)) if Bf16Buf::<R>(p, r).rounding() == r => Some(Bf16Buf(p, r)),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, off: isize) -> V::F {
+        unsafe { V::from_bits(V::load_u16_high(self.0.offset(off))) }
+    }
+
+    #[inline(always)]
+    unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
+        unsafe {
+            let r = rng.for_rounding(self.rounding(), e);
+            to_bf16::<V>(V::to_bits(v), self.rounding(), r)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn as_stored(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::F {
+        unsafe { from_bf16::<V>(<Self as Access<V>>::encode(self, v, rng, e)) }
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
+        unsafe {
+            let b = <Self as Access<V>>::encode(self, v, rng, e);
+            V::store_u16(self.0.offset(off), b);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch(&self, off: isize, ahead: usize) {
+        unsafe { prefetch_ahead::<V, _>(self.0, off, ahead) }
+    }
+
+    #[inline(always)]
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
+        unsafe {
+            stage_in(self.0, st.h.as_mut_ptr(), c);
+            Bf16Buf::<R>(st.h.as_mut_ptr(), self.1)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
+        unsafe { stage_out(st.h.as_ptr(), self.0, c) }
+    }
+}
+
+impl<V: Simd> Access<V> for Absent {
+    const PRESENT: bool = false;
+    const WIDE: bool = true;
+    const CANONICAL: bool = false;
+
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        match b {
+            None => Some(Absent),
+            Some(_) => None,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, _off: isize) -> V::F {
+        unsafe { V::splat(0.0) }
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, _off: isize, _v: V::F, _rng: &mut GroupBits<V>, _e: u64) {}
+
+    #[inline(always)]
+    unsafe fn stage(&self, _st: &mut Stage, _c: &Chunk) -> Self {
+        Absent
+    }
+
+    #[inline(always)]
+    unsafe fn unstage(&self, _st: &Stage, _c: &Chunk) {}
+}
+
+/// The run-time kind: each method picks the typed one. Used for a buffer that must be present.
+impl<V: Simd> Access<V> for Buf {
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        b
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, off: isize) -> V::F {
+        unsafe {
+            match *self {
+                Buf::F32(p) => Access::<V>::load(&F32Buf::<true>(p), off),
+                Buf::Split(t, l) => Access::<V>::load(&SplitBuf(t, l), off),
+                Buf::Bf16(p, r) => Access::<V>::load(&Bf16Buf::<ANY_ROUNDING>(p, r), off),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
+        unsafe {
+            match *self {
+                Buf::F32(p) => F32Buf::<true>(p).encode(v, rng, e),
+                Buf::Split(t, l) => SplitBuf(t, l).encode(v, rng, e),
+                Buf::Bf16(p, r) => Bf16Buf::<ANY_ROUNDING>(p, r).encode(v, rng, e),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn as_stored(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::F {
+        unsafe {
+            match *self {
+                Buf::F32(p) => F32Buf::<true>(p).as_stored(v, rng, e),
+                Buf::Split(t, l) => SplitBuf(t, l).as_stored(v, rng, e),
+                Buf::Bf16(p, r) => Bf16Buf::<ANY_ROUNDING>(p, r).as_stored(v, rng, e),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
+        unsafe {
+            match *self {
+                Buf::F32(p) => F32Buf::<true>(p).store(off, v, rng, e),
+                Buf::Split(t, l) => SplitBuf(t, l).store(off, v, rng, e),
+                Buf::Bf16(p, r) => Bf16Buf::<ANY_ROUNDING>(p, r).store(off, v, rng, e),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch(&self, off: isize, ahead: usize) {
+        unsafe {
+            match *self {
+                Buf::F32(p) => Access::<V>::prefetch(&F32Buf::<true>(p), off, ahead),
+                Buf::Split(t, l) => Access::<V>::prefetch(&SplitBuf(t, l), off, ahead),
+                Buf::Bf16(p, r) => {
+                    Access::<V>::prefetch(&Bf16Buf::<ANY_ROUNDING>(p, r), off, ahead)
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
+        unsafe {
+            match *self {
+                Buf::F32(p) => {
+                    let F32Buf(q) = Access::<V>::stage(&F32Buf::<true>(p), st, c);
+                    Buf::F32(q)
+                }
+                Buf::Split(t, l) => {
+                    let SplitBuf(a, b) = Access::<V>::stage(&SplitBuf(t, l), st, c);
+                    Buf::Split(a, b)
+                }
+                Buf::Bf16(p, r) => {
+                    let Bf16Buf(q, r) = Access::<V>::stage(&Bf16Buf::<ANY_ROUNDING>(p, r), st, c);
+                    Buf::Bf16(q, r)
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
+        unsafe {
+            match *self {
+                Buf::F32(p) => Access::<V>::unstage(&F32Buf::<true>(p), st, c),
+                Buf::Split(t, l) => Access::<V>::unstage(&SplitBuf(t, l), st, c),
+                Buf::Bf16(p, r) => Access::<V>::unstage(&Bf16Buf::<ANY_ROUNDING>(p, r), st, c),
+            }
+        }
+    }
+}
+
+/// The access type of each buffer of one call: weights, gradients, and the three state slots
+/// (0 = first moment / momentum, 1 = second moment / Adagrad sum, 2 = AMSGrad max).
+trait Layout<V: Simd> {
+    type W: Access<V>;
+    type G: Access<V>;
+    type S0: Access<V>;
+    type S1: Access<V>;
+    type S2: Access<V>;
+
+    /// How far ahead of a full chunk (bytes, in every buffer) the driver prefetches: 2 KiB when
+    /// every buffer is f32, else 4 KiB (see [`PREFETCH_AHEAD_BYTES`]).
+    const PREFETCH_AHEAD_BYTES: usize =
+        if Self::W::WIDE && Self::G::WIDE && Self::S0::WIDE && Self::S1::WIDE && Self::S2::WIDE {
+            PREFETCH_AHEAD_BYTES_F32
+        } else {
+            PREFETCH_AHEAD_BYTES
+        };
+}
+
+struct Lay<W, G, S0, S1, S2>(core::marker::PhantomData<(W, G, S0, S1, S2)>);
+
+impl<V: Simd, W: Access<V>, G: Access<V>, S0: Access<V>, S1: Access<V>, S2: Access<V>> Layout<V>
+    for Lay<W, G, S0, S1, S2>
+{
+    type W = W;
+    type G = G;
+    type S0 = S0;
+    type S1 = S1;
+    type S2 = S2;
+}
+
+/// A buffer the call has, of kind `T` (used in `drive_layouts!` slot patterns).
+type Has<T> = T;
+/// A buffer the call does not have, whatever the layout's kind `T` for it.
+type Lacks<T> = <T as AbsentFor>::Absent;
+/// A workspace buffer of the library's own (LAMB's kept directions): [`ScratchBuf`] in every
+/// layout.
+type Scratch<T> = <T as AbsentFor>::Scratch;
+
+trait AbsentFor {
+    type Absent;
+    type Scratch;
+}
+
+impl<T> AbsentFor for T {
+    type Absent = Absent;
+    type Scratch = ScratchBuf;
+}
+
+/// The buffers of one call as passed (kinds known at run time).
+#[derive(Clone, Copy)]
+struct DynBufs {
+    w: Buf,
+    g: Option<Buf>,
+    s: [Option<Buf>; 3],
+}
+
+/// The buffers of one tensor with their access types, and their RNG streams.
+struct Bufs<V: Simd, L: Layout<V>> {
+    w: L::W,
+    g: L::G,
+    s0: L::S0,
+    s1: L::S1,
+    s2: L::S2,
+    rng_w: GroupBits<V>,
+    rng_s: [GroupBits<V>; 3],
+}
+
+impl<V: Simd, L: Layout<V>> Bufs<V, L> {
+    /// The typed view of `d`, or `None` when some buffer is not of `L`'s kind.
+    #[inline(always)]
+    unsafe fn of(ctx: &StepContext, stream: &TensorStream, d: DynBufs) -> Option<Self> {
+        unsafe {
+            Some(Bufs {
+                w: L::W::from_buf(Some(d.w))?,
+                g: L::G::from_buf(d.g)?,
+                s0: L::S0::from_buf(d.s[0])?,
+                s1: L::S1::from_buf(d.s[1])?,
+                s2: L::S2::from_buf(d.s[2])?,
+                rng_w: GroupBits::new(coord(ctx, stream, Purpose::Weights)),
+                rng_s: [
+                    GroupBits::new(coord(ctx, stream, Purpose::FirstMoment)),
+                    GroupBits::new(coord(ctx, stream, Purpose::SecondMoment)),
+                    GroupBits::new(coord(ctx, stream, Purpose::MaxSecondMoment)),
+                ],
+            })
+        }
+    }
+}
+
+/// Runs `$op` over the tensor with the buffers `$d` ([`DynBufs`]) through [`drive`], with
+/// compile-time access for the hot storage layouts — IPEX's (split weights, bf16 gradients, f32
+/// states), the same with bf16 states rounded stochastically (10 bytes per parameter), bf16
+/// weights rounded stochastically with bf16 gradients and f32 states, all f32 (PyTorch's fused
+/// AdamW), all bf16 with every store stochastic, all bf16 with the roundings read at run time —
+/// and run-time access otherwise (a `match` per buffer and chunk). LAMB's passes leave out the two
+/// stochastic layouts (`no_sr_layouts`): with them, its IPEX layout's code changed around them
+/// (gungraun, AVX2: LAMB with groups +6% instructions), and each LAMB layout is two passes to
+/// compile. `$G`, `$S0`, `$S1`, `$S2` are
+/// [`Has`] or [`Lacks`]: which buffers this call has. Same arithmetic in every case, so the same
+/// bits; only the `match` per chunk is gone.
+macro_rules! drive_layouts {
+    ($V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
+        drive_layouts!($V, $n, $base, $ctx, $stream, $d, $op, [$G, $S0, $S1, $S2], sr_layouts)
+    };
+    ($V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     [$G:ident, $S0:ident, $S1:ident, $S2:ident], $sr:ident) => {{
+        let (n, base, ctx, stream, d, op) = ($n, $base, $ctx, $stream, $d, $op);
+        type Ipex = Lay<SplitBuf, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
+        type AllF32 = Lay<F32Buf, $G<F32Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
+        type AllBf16 = Lay<Bf16Buf, $G<Bf16Buf>, $S0<Bf16Buf>, $S1<Bf16Buf>, $S2<Bf16Buf>>;
+        type Sr = Bf16Buf<STOCHASTIC>;
+        type AllBf16Sr = Lay<Sr, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>;
+        type Any = Lay<Buf, $G<Buf>, $S0<Buf>, $S1<Buf>, $S2<Buf>>;
+        if drive_layouts!(@$sr, $V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2]) {
+        } else if let Some(mut b) = Bufs::<$V, Ipex>::of(ctx, stream, d) {
+            drive::<$V, Ipex, _>(n, base, &mut b, op)
+        } else if let Some(mut b) = Bufs::<$V, AllF32>::of(ctx, stream, d) {
+            drive::<$V, AllF32, _>(n, base, &mut b, op)
+        } else if let Some(mut b) = Bufs::<$V, AllBf16Sr>::of(ctx, stream, d) {
+            drive::<$V, AllBf16Sr, _>(n, base, &mut b, op)
+        } else if let Some(mut b) = Bufs::<$V, AllBf16>::of(ctx, stream, d) {
+            drive::<$V, AllBf16, _>(n, base, &mut b, op)
+        } else if let Some(mut b) = Bufs::<$V, Any>::of(ctx, stream, d) {
+            drive::<$V, Any, _>(n, base, &mut b, op)
+        } else {
+            unreachable!("the slot pattern does not match the buffers passed")
+        }
+    }};
+    // The memory-saving layouts: split weights with bf16 states, and bf16 weights with f32
+    // states, each stored stochastically, bf16 gradients. True if one of them ran.
+    (@sr_layouts, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {{
+        type Sr = Bf16Buf<STOCHASTIC>;
+        type SplitSrStates = Lay<SplitBuf, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>;
+        type SrWeights = Lay<Sr, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
+        if let Some(mut b) = Bufs::<$V, SplitSrStates>::of($ctx, $stream, $d) {
+            drive::<$V, SplitSrStates, _>($n, $base, &mut b, $op);
+            true
+        } else if let Some(mut b) = Bufs::<$V, SrWeights>::of($ctx, $stream, $d) {
+            drive::<$V, SrWeights, _>($n, $base, &mut b, $op);
+            true
+        } else {
+            false
+        }
+    }};
+    (@no_sr_layouts, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
+        false
+    };
+}
+
+/// How far ahead of a full chunk (bytes, in every buffer it touches) the driver prefetches: one
+/// 4 KiB page. The hardware prefetchers keep up with one or two streams; an optimizer step runs
+/// four to seven (split weights are two), and at 64M elements on one thread the kernels sat 5–20%
+/// under a copy loop that keeps as many streams in flight. Measured on one thread, AVX-512
+/// (`step_timer`, medians of 3, docs/DESIGN.md): 4–8 KiB were best from 4M elements up, 1 KiB
+/// no better than none; with six streams, 8 KiB ahead would fill L1.
+const PREFETCH_AHEAD_BYTES: usize = 4096;
+
+/// The distance when every buffer is f32 (PyTorch's fused AdamW layout): half a page. Measured
+/// the same way: all-f32 AdamW at 64M elements ran 0.442 ns/param at 2 KiB, 0.498 at 4 KiB and
+/// 0.476 without prefetching, while 2 KiB cost the layouts with 16-bit buffers 20–30% at 4M.
+const PREFETCH_AHEAD_BYTES_F32: usize = 2048;
+
+/// Prefetches the line `bytes` past element `off` of `p` (which may lie past the buffer: a
+/// prefetch is a hint and never faults).
+#[inline(always)]
+unsafe fn prefetch_ahead<V: Simd, T>(p: *mut T, off: isize, bytes: usize) {
+    let ahead = (bytes / core::mem::size_of::<T>()) as isize;
+    unsafe { V::prefetch(p.wrapping_offset(off + ahead).cast()) }
+}
+
+/// Pieces shorter than this do not prefetch: up to here the data tends to be in L2 or L3, where
+/// the extra instructions cost more than the latency they hide. A piece, not a tensor: the
+/// parallel driver cuts large tensors into pieces of `elements / (4 × threads)`.
+pub(crate) const PREFETCH_MIN: usize = 128 * 1024;
+
+mod adagrad;
+mod adam;
+mod driver;
+mod lamb;
+mod sgd;
+
+pub(crate) use adagrad::adagrad;
+pub(crate) use adam::adam;
+pub(crate) use lamb::{lamb_pass1, lamb_pass2};
+pub(crate) use sgd::sgd;
+
+use driver::{ElementOp, Vals, decays, drive, neg};
