@@ -233,3 +233,21 @@ impl std::error::Error for Error {}
 
 /// Shorthand for this crate's results.
 pub type Result<T> = core::result::Result<T, Error>;
+
+/// Refuses `value` for the hyperparameter `name` unless `ok` (`Error::InvalidHyperparameter`).
+pub(crate) fn require(
+    ok: bool,
+    name: &'static str,
+    value: f32,
+    expected: &'static str,
+) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidHyperparameter {
+            name,
+            value: f64::from(value),
+            expected,
+        })
+    }
+}

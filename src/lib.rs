@@ -60,8 +60,9 @@ pub use optim::{
     sgd_step,
 };
 pub use parallel::{DEFAULT_GRAIN, SPLIT_ALIGN, Threads, calling_thread_grain};
+pub use reference::round::Rounding;
 pub use rng::{PhiloxRng, Purpose, Replica, StepContext, TensorStream};
-pub use storage::{Grads, Rounding, State, Weights};
+pub use storage::{Grads, State, Weights};
 
 pub use half::{bf16, f16};
 

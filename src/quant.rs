@@ -8,11 +8,12 @@
 //! Every call validates first and writes nothing on error.
 
 use crate::dispatch::Engine;
-use crate::error::{Error, Result};
+use crate::error::{Result, require};
 pub use crate::reference::quant::Fp8;
 use crate::reference::quant::{Fp4Scaling, MXFP4_BLOCK, NVFP4_BLOCK};
+use crate::reference::round::Rounding;
 use crate::rng::{Purpose, StepContext, TensorStream, checked_coord};
-use crate::storage::{Rounding, check_len, check_nonempty, check_pair};
+use crate::storage::{check_len, check_nonempty, check_pair};
 
 fn check_blocks(n: usize, packed: usize, scales: usize, block: usize) -> Result<()> {
     check_nonempty(n)?;
@@ -21,15 +22,12 @@ fn check_blocks(n: usize, packed: usize, scales: usize, block: usize) -> Result<
 }
 
 fn check_tensor_scale(pts: f32) -> Result<()> {
-    if pts.is_finite() && pts > 0.0 {
-        Ok(())
-    } else {
-        Err(Error::InvalidHyperparameter {
-            name: "tensor_scale",
-            value: f64::from(pts),
-            expected: "finite and > 0",
-        })
-    }
+    require(
+        pts.is_finite() && pts > 0.0,
+        "tensor_scale",
+        pts,
+        "finite and > 0",
+    )
 }
 
 impl Engine {
@@ -62,13 +60,12 @@ impl Engine {
     pub fn nvfp4_tensor_scale(&self, src: &[f32]) -> Result<f32> {
         check_nonempty(src.len())?;
         let s = crate::reference::quant::nvfp4_tensor_scale((self.k.amax_bits)(src));
-        if s.is_nan() {
-            return Err(Error::InvalidHyperparameter {
-                name: "tensor amax",
-                value: f64::NAN,
-                expected: "finite (the tensor holds NaN or infinity)",
-            });
-        }
+        require(
+            !s.is_nan(),
+            "tensor amax",
+            f32::NAN,
+            "finite (the tensor holds NaN or infinity)",
+        )?;
         Ok(s)
     }
 

@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use half::bf16;
 
-pub use crate::reference::round::Rounding;
+use crate::reference::round::Rounding;
 
 /// The weights of one tensor, updated in place.
 #[derive(Debug)]

@@ -56,18 +56,16 @@ def main():
     verbose = "-v" in sys.argv[1:]
     files = modules("src")
     lib = open(files[()]).read()
-    reexports = {}
-    for m in re.finditer(r"pub use (\w+)::\{([^}]*)\}|pub use (\w+)::(\w+);", lib):
-        if m.group(1):
-            for item in m.group(2).replace("\n", " ").split(","):
-                if item.strip():
-                    reexports[item.strip()] = m.group(1)
-        else:
-            reexports[m.group(4)] = m.group(3)
+    reexports = {}  # name -> the module path it comes from
+    for m in re.finditer(r"pub use ((?:\w+::)+)(?:\{([^}]*)\}|(\w+));", lib):
+        origin = m.group(1).rstrip(":").split("::")
+        for item in (m.group(2) or m.group(3)).replace("\n", " ").split(","):
+            if item.strip():
+                reexports[item.strip()] = origin
 
     def resolve(path):
         if path and path[0] in reexports:
-            path = [reexports[path[0]]] + path[1:]
+            path = reexports[path[0]] + path[1:]
         for k in range(len(path), 0, -1):
             if tuple(path[:k]) in files:
                 return tuple(path[:k])

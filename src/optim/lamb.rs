@@ -1,6 +1,6 @@
-use super::{Step, powi_f64, require, require_beta, require_eps, require_nonneg};
+use super::{Step, powi_f64, require_beta, require_eps, require_nonneg};
 use crate::dispatch::Engine;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, require};
 use crate::parallel::{self, Leaf, Threads};
 use crate::reference::lamb::LambConsts;
 use crate::reference::lamb::scaled_lr;

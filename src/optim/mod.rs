@@ -23,7 +23,7 @@ pub use crate::reference::sgd::SgdConsts;
 pub use crate::tensors::{AdagradTensor, AdamTensor, LambTensor, Pieces, SgdTensor};
 
 use crate::dispatch::Engine;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, require};
 use crate::parallel::{self, Leaf, Threads};
 use crate::rng::StepContext;
 
@@ -40,19 +40,6 @@ pub fn powi_f64(base: f64, mut exp: u32) -> f64 {
         exp >>= 1;
     }
     result
-}
-
-/// Refuses `value` for `name` unless `ok`.
-fn require(ok: bool, name: &'static str, value: f32, expected: &'static str) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidHyperparameter {
-            name,
-            value: f64::from(value),
-            expected,
-        })
-    }
 }
 
 fn require_nonneg(name: &'static str, value: f32) -> Result<()> {

@@ -1,6 +1,7 @@
-use super::{Step, require, require_nonneg};
+use super::{Step, require_nonneg};
 use crate::dispatch::Engine;
 use crate::error::Result;
+use crate::error::require;
 use crate::reference::sgd::SgdConsts;
 use crate::rng::StepContext;
 use crate::storage::check_optional;
