@@ -1,0 +1,283 @@
+//! Differential checks for the fuzzers and the corpus replay (feature `fuzzing`).
+//!
+//! [`check`] decodes one case from arbitrary bytes — lengths, start offsets, index bases,
+//! storage kinds, values with special-value masks, seeds, steps, streams, replicas and
+//! hyperparameters, extreme and invalid ones included — runs the reference and every available
+//! backend on it, and reports any difference in output bits or in accept/reject as an `Err`
+//! holding a reproducer description. `fuzz/` wraps it in cargo-fuzz targets; `tests/fuzz_corpus.rs`
+//! replays the committed corpus with it on stable.
+
+use crate::rng::Purpose;
+use crate::{
+    AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Backend, Engine, Grads, LambConfig,
+    LambTensor, Replica, Rounding, SgdConfig, SgdTensor, State, Step, StepContext, TensorStream,
+    Threads, Weights, bf16, f16,
+};
+use arbitrary::{Arbitrary, Result as AResult, Unstructured};
+use core::fmt::Debug;
+use rayon_core::ThreadPool;
+use std::sync::{Arc, OnceLock};
+
+mod conversions;
+mod optimizers;
+
+use conversions::{convert, element_bits, quant};
+pub use optimizers::*;
+
+/// A kernel family with its own fuzz target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Element-indexed random bits.
+    ElementBits,
+    /// f32 <-> bf16 / f16 in every rounding mode, split and combine.
+    Convert,
+    /// SGD.
+    Sgd,
+    /// Adagrad.
+    Adagrad,
+    /// Adam / AdamW.
+    Adam,
+    /// LAMB.
+    Lamb,
+    /// A group of tensors (any optimizer) stepped in one call on thread pools of several sizes.
+    Group,
+    /// fp8 E4M3 / E5M2 and NVFP4 / MXFP4 quantization and dequantization.
+    Quant,
+}
+
+/// Every target.
+pub const TARGETS: [Target; 8] = [
+    Target::ElementBits,
+    Target::Convert,
+    Target::Sgd,
+    Target::Adagrad,
+    Target::Adam,
+    Target::Lamb,
+    Target::Group,
+    Target::Quant,
+];
+
+impl Target {
+    /// The cargo-fuzz target and corpus directory name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::ElementBits => "element_bits",
+            Target::Convert => "convert",
+            Target::Sgd => "sgd",
+            Target::Adagrad => "adagrad",
+            Target::Adam => "adam",
+            Target::Lamb => "lamb",
+            Target::Group => "group",
+            Target::Quant => "quant",
+        }
+    }
+}
+
+/// Decodes `data` as a case for `target` and compares every available backend with the reference.
+pub fn check(target: Target, data: &[u8]) -> Result<(), String> {
+    let mut u = Unstructured::new(data);
+    // Running out of bytes is not a failure: the decoders fall back to defaults.
+    let r = match target {
+        Target::ElementBits => element_bits(&mut u),
+        Target::Convert => convert(&mut u),
+        Target::Sgd => sgd(&mut u),
+        Target::Adagrad => adagrad(&mut u),
+        Target::Adam => adam(&mut u),
+        Target::Lamb => lamb(&mut u),
+        Target::Group => group(&mut u),
+        Target::Quant => quant(&mut u),
+    };
+    match r {
+        Ok(r) => r,
+        Err(_) => Ok(()),
+    }
+}
+
+/// f32 patterns worth hitting on purpose (NaN payloads high and low, infinities, zeros,
+/// subnormals, extremes, rounding ties, binade crossings, f16 limits).
+const SPECIALS: [u32; 24] = [
+    0x7FC0_0000,
+    0xFFC0_0001,
+    0x7FA0_0000,
+    0x7F80_0001,
+    0xFF80_FFFF,
+    0x7F80_0000,
+    0xFF80_0000,
+    0x0000_0000,
+    0x8000_0000,
+    0x0000_0001,
+    0x807F_FFFF,
+    0x0080_0000,
+    0x7F7F_FFFF,
+    0xFF7F_FFFF,
+    0x7F7F_8000,
+    0x3F80_8000,
+    0x3F80_1000,
+    0x3F7F_FFFF,
+    0x477F_E000,
+    0x477F_F000,
+    0x3880_0000,
+    0x3380_0000,
+    0x3300_0000,
+    0x3340_0000,
+];
+
+fn value(u: &mut Unstructured<'_>) -> AResult<f32> {
+    Ok(match u.int_in_range(0u8..=7)? {
+        0 => f32::from_bits(u32::arbitrary(u)?),
+        1 => f32::from_bits(SPECIALS[u.choose_index(SPECIALS.len())?]),
+        _ => {
+            // An ordinary value: magnitude 2^-40 .. 2^20, either sign.
+            let e = i32::from(u.int_in_range(0u8..=60)?) - 40;
+            let m = 1.0 + (u32::arbitrary(u)? >> 9) as f32 / (1u32 << 23) as f32;
+            let s = if bool::arbitrary(u)? { -1.0 } else { 1.0 };
+            // 2^e from bits: exact everywhere (`powi` is perturbed under Miri).
+            s * m * crate::reference::quant::pow2(e)
+        }
+    })
+}
+
+fn values(u: &mut Unstructured<'_>, n: usize) -> AResult<Vec<f32>> {
+    (0..n).map(|_| value(u)).collect()
+}
+
+/// A hyperparameter: usually one of `typical`, sometimes an extreme or invalid pattern.
+fn hyper(u: &mut Unstructured<'_>, typical: &[f32]) -> AResult<f32> {
+    Ok(match u.int_in_range(0u8..=9)? {
+        0 => f32::from_bits(u32::arbitrary(u)?),
+        1 => [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            f32::MIN_POSITIVE,
+            1e-30,
+            3e38,
+            f32::INFINITY,
+            f32::NAN,
+            0.999_999,
+        ][u.choose_index(10)?],
+        _ => typical[u.choose_index(typical.len())?],
+    })
+}
+
+/// Everything a case shares: the slice length, its start offset into the buffers (alignment),
+/// and the RNG coordinates.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// Elements in the slice.
+    pub len: usize,
+    /// Elements before the slice in each buffer.
+    pub off: usize,
+    /// Seed, step and replica.
+    pub ctx: StepContext,
+    /// Tensor id and index base.
+    pub stream: TensorStream,
+}
+
+fn case(u: &mut Unstructured<'_>, max_len: usize) -> AResult<Case> {
+    let len = u.int_in_range(0usize..=max_len)?;
+    let off = u.int_in_range(0usize..=15)?;
+    let step = match u.int_in_range(0u8..=5)? {
+        0 => 0,
+        1 => u32::MAX,
+        2 => u32::arbitrary(u)?,
+        k => u32::from(k) - 2,
+    };
+    let replica = match u.int_in_range(0u8..=3)? {
+        0 => Replica::Differing(u16::arbitrary(u)?),
+        1 => Replica::Differing(u16::MAX),
+        _ => Replica::Identical,
+    };
+    let id = if u.ratio(1, 16)? {
+        u32::arbitrary(u)?
+    } else {
+        u32::arbitrary(u)? & ((1 << 28) - 1)
+    };
+    let limit = 1u64 << 51;
+    let index_base = match u.int_in_range(0u8..=6)? {
+        0 => limit - len as u64,
+        1 => limit - len as u64 + 1,
+        2 => u64::arbitrary(u)?,
+        3 => u64::arbitrary(u)? % limit,
+        k => [0, 1, 127, 2047][usize::from(k - 3)],
+    };
+    Ok(Case {
+        len,
+        off,
+        ctx: StepContext {
+            seed: u64::arbitrary(u)?,
+            step,
+            replica,
+        },
+        stream: TensorStream { id, index_base },
+    })
+}
+
+/// Every engine to compare with the reference.
+fn backends() -> Vec<Engine> {
+    Backend::available()
+        .into_iter()
+        .filter(|&b| b != Backend::Reference)
+        .filter_map(|b| Engine::new(b).ok())
+        .collect()
+}
+
+fn reference() -> Engine {
+    Engine::new(Backend::Reference).expect("the reference is always available")
+}
+
+/// Runs `run` on the reference and every backend, each on a fresh copy of `data`, and compares
+/// the results and the bit patterns of every buffer (`bits`).
+fn compare<D: Clone, R: PartialEq + Debug>(
+    case: &dyn Debug,
+    data: &D,
+    bits: impl Fn(&D) -> Vec<u32>,
+    run: impl Fn(Engine, &mut D) -> R,
+) -> Result<(), String> {
+    let mut want_data = data.clone();
+    let want = run(reference(), &mut want_data);
+    let want_bits = bits(&want_data);
+    for e in backends() {
+        let mut d = data.clone();
+        let got = run(e, &mut d);
+        if got != want {
+            return Err(format!(
+                "{}: result {got:?}, reference {want:?}\ncase: {case:#?}",
+                e.backend()
+            ));
+        }
+        let got_bits = bits(&d);
+        if let Some(i) = got_bits.iter().zip(&want_bits).position(|(a, b)| a != b) {
+            return Err(format!(
+                "{}: output word {i} is {:#010x}, reference {:#010x}\ncase: {case:#?}",
+                e.backend(),
+                got_bits[i],
+                want_bits[i]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks of private invariants, for `tests/internals.rs` (and Miri): each panics on a failure.
+/// They live here rather than in `#[cfg(test)]` modules so that `cargo test` compiles the library
+/// once, not a second time as its own test harness.
+pub mod internals {
+    /// The vector ARS fill's span caches, as words and split into chunks, against the reference
+    /// on every backend.
+    pub fn random_bit_fill() {
+        crate::kernels::bits::checks::fill_matches_the_reference_on_every_backend();
+    }
+
+    /// `HALFSTEP_PREFETCH` values, and `auto` on exactly for Intel CPUs.
+    pub fn prefetch_setting() {
+        crate::cpu::checks::prefetch_setting_reads_on_off_auto();
+        crate::cpu::checks::prefetch_pays_on_intel_only();
+    }
+
+    /// How many LAMB norm blocks a piece of a tensor touches.
+    pub fn block_counts() {
+        crate::parallel::checks::block_counts();
+    }
+}

@@ -1,0 +1,435 @@
+//! The random bits on vectors: ARS-5 (SPEC.md §3.1–3.2) a span of groups at a time, cached for
+//! the chunks that round with them ([`GroupBits`]), and how a backend reaches the fill ([`BitsFill`]).
+
+use super::Simd;
+use crate::arch::{self, MAX_LANES};
+use crate::reference::ars::round_keys;
+use crate::reference::bits::{BitsCoord, seed_key};
+use crate::reference::round::Rounding;
+
+/// The ARS-5 output words of one span of 32-element groups of one stream (SPEC.md §3.2), cached
+/// until the chunks leave the span.
+///
+/// A span is [`GroupBits::SPAN`] consecutive groups from a multiple of `SPAN`, filled in one go
+/// so that [`crate::arch::Simd::RNG_VECTORS`] counter vectors run their AES rounds side by side (the rounds of
+/// one vector are a dependency chain of the AES unit's latency). The bits are the same whatever
+/// the span: SPEC.md §3.2 fixes them per element.
+///
+/// Each 128-bit block of a vector is one ARS block, and a group's four blocks (16 words) give
+/// their low halves to its first 16 elements and their high halves to the next 16, so a vector of
+/// output words is two chunks' bits on every lane width, with no shuffle.
+///
+/// `WORDS` picks how the span is kept: as output words ([`Self::word32`], for the bulk fill, which
+/// stores both halves of a word at once), or, by default, already split into one vector of
+/// 16-bit values per chunk ([`Self::r16`]), so that a chunk's bits are one load with no choice of
+/// half (a chunk's shift-or-mask branch and index arithmetic were 13 of the 99 instructions of an
+/// AVX2 all-bf16 SR AdamW chunk: docs/DESIGN.md).
+pub(crate) struct GroupBits<V: Simd, const WORDS: bool = false> {
+    coord: BitsCoord,
+    /// First group of the cached span; `NO_SPAN` before the first fill.
+    group: u64,
+    /// With `WORDS`, `bits[v]` is output vector `v` of the span (blocks
+    /// `4 * group + v * LANES / 4 ..`). Otherwise `bits[i]` holds, in the low half of each lane,
+    /// the bits of the span's chunk `i` (elements `32 * group + i * LANES + lane`).
+    bits: [V::U; 2 * MAX_RNG_VECTORS],
+    /// What every counter vector of the stream shares, set up by the first fill.
+    consts: CounterConsts<V>,
+}
+
+/// The parts of a stream's ARS counters and keys that are the same for every vector, computed
+/// once in scalar code: counter words 1-3 are fixed within a span (SPEC.md §3.2: the high block
+/// bits and replica slot, the step, the stream word) and the six round keys for the whole stream.
+struct CounterConsts<V: Simd> {
+    /// Counter word 1 `template` was built for; `u64::MAX` before the first fill.
+    word1: u64,
+    /// Block `i` of a vector: `(i, word1, step, stream_word)`; a vector's counters are this plus
+    /// its first block's number in word 0 of each block.
+    template: V::U,
+    /// All ones in word 0 of each block, zero elsewhere.
+    word0: V::U,
+    /// The round keys of ARS-5, each repeated in every block.
+    keys: [V::U; 6],
+    /// The rounds run in the backend's wide form ([`crate::arch::Simd::WIDE_AES`]).
+    wide: bool,
+}
+
+/// Counter vectors of the largest span.
+const MAX_RNG_VECTORS: usize = 8;
+
+/// Never a group (groups are below 2^46), and far enough below `u64::MAX` that `g - NO_SPAN`
+/// (wrapping) is at least any span for every group `g`.
+const NO_SPAN: u64 = u64::MAX - 255;
+
+/// ARS-5's rounds 1-5 on the first [`crate::arch::Simd::RNG_VECTORS`] vectors of `x` (round 0, the key
+/// XOR, done), in the backend's wide form or not. Round by round across the vectors, so that
+/// independent AES instructions issue back to back.
+#[inline(always)]
+unsafe fn ars_rounds<V: Simd, const WIDE: bool>(x: &mut [V::U; MAX_RNG_VECTORS], keys: &[V::U; 6]) {
+    unsafe {
+        for key in &keys[1..5] {
+            for x in x.iter_mut().take(V::RNG_VECTORS) {
+                *x = if WIDE {
+                    V::aes_enc_wide(*x, *key)
+                } else {
+                    V::aes_enc(*x, *key)
+                };
+            }
+        }
+        for x in x.iter_mut().take(V::RNG_VECTORS) {
+            *x = if WIDE {
+                V::aes_enc_last_wide(*x, keys[5])
+            } else {
+                V::aes_enc_last(*x, keys[5])
+            };
+        }
+    }
+}
+
+/// A vector whose block `i` (lanes `4i .. 4i + 4`) is `f(i)`.
+#[inline(always)]
+unsafe fn per_block<V: Simd>(f: impl Fn(usize) -> [u32; 4]) -> V::U {
+    let mut buf = [0u32; MAX_LANES];
+    for (l, x) in buf.iter_mut().enumerate().take(V::LANES) {
+        *x = f(l / 4)[l % 4];
+    }
+    unsafe { V::to_bits(V::load(buf.as_ptr().cast())) }
+}
+
+impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
+    /// Output vectors per group (16 words).
+    const PER_GROUP: usize = 16 / V::LANES;
+    /// Whether this span cache may run the backend's wide AES rounds ([`crate::arch::Simd::WIDE_AES`]): only
+    /// the bulk fill (`WORDS`). In the rounding kernels the run-time choice between the two forms
+    /// changed the code LLVM made for the whole loop: on a CPU without VAES (AVX2, 128-bit rounds)
+    /// they ran 1–6% slower, LAMB's split layout, which draws no bits, among them (docs/DESIGN.md).
+    const WIDE_AES: bool = V::WIDE_AES && WORDS;
+    /// Groups per fill: one pass of [`crate::arch::Simd::RNG_VECTORS`] counter vectors.
+    pub(crate) const SPAN: u64 = {
+        let span = V::RNG_VECTORS / Self::PER_GROUP;
+        assert!(span >= 1 && span * Self::PER_GROUP == V::RNG_VECTORS);
+        assert!(V::RNG_VECTORS <= MAX_RNG_VECTORS);
+        // Spans start at multiples of the span, so a power of two never straddles a multiple of
+        // 2^30 groups (2^32 blocks), where counter word 1 changes (`CounterConsts`).
+        assert!(span.is_power_of_two());
+        span as u64
+    };
+
+    #[inline(always)]
+    pub unsafe fn new(coord: BitsCoord) -> Self {
+        unsafe {
+            GroupBits {
+                coord,
+                group: NO_SPAN,
+                bits: [V::splat_u(0); 2 * MAX_RNG_VECTORS],
+                consts: CounterConsts {
+                    word1: u64::MAX,
+                    template: V::splat_u(0),
+                    word0: V::splat_u(0),
+                    keys: [V::splat_u(0); 6],
+                    wide: false,
+                },
+            }
+        }
+    }
+
+    /// Sets up [`CounterConsts`] for the spans whose counter word 1 is `word1`. Inlined: a call
+    /// in the chunk loop made LLVM keep the loop's vector constants in memory.
+    #[inline(always)]
+    unsafe fn set_consts(&mut self, word1: u32) {
+        unsafe {
+            let c = self.coord;
+            let k = &mut self.consts;
+            k.word1 = u64::from(word1);
+            k.template = per_block::<V>(|i| [i as u32, word1, c.step, c.stream_word]);
+            k.word0 = per_block::<V>(|_| [u32::MAX, 0, 0, 0]);
+            let keys: [[u32; 4]; 6] = round_keys(seed_key(c.seed));
+            for (v, key) in k.keys.iter_mut().zip(keys) {
+                *v = per_block::<V>(|_| key);
+            }
+            k.wide = Self::WIDE_AES && V::wide_aes();
+        }
+    }
+
+    /// Runs ARS-5 on the blocks of the span from `group` (a multiple of [`Self::SPAN`]). Kernels
+    /// reach it through [`BitsFill::fill_span`]: inlined on the SIMD backends, a call on the
+    /// portable one.
+    #[inline(always)]
+    pub(crate) unsafe fn fill(&mut self, group: u64) {
+        unsafe {
+            let x = self.span_words(group);
+            for (v, x) in x.iter().enumerate().take(V::RNG_VECTORS) {
+                Self::keep(&mut self.bits, v, *x);
+            }
+            self.group = group;
+        }
+    }
+
+    /// The ARS-5 output words of the span from `group` (a multiple of [`Self::SPAN`]), in vectors
+    /// `0 .. RNG_VECTORS`: vector `v` holds blocks `4 * group + v * LANES / 4 ..`, so its low
+    /// halves are the bits of elements `32 * group + 32 * (v / PER_GROUP) + (v % PER_GROUP) * LANES
+    /// + lane` and its high halves those of the elements 16 further on.
+    #[inline(always)]
+    pub(crate) unsafe fn span_words(&mut self, group: u64) -> [V::U; MAX_RNG_VECTORS] {
+        unsafe {
+            debug_assert!(group.is_multiple_of(Self::SPAN));
+            let first = group * 4;
+            // Word 1 of every block of the span (an aligned span never straddles a change).
+            let word1 = (first >> 32) as u32 | u32::from(self.coord.replica_slot) << 16;
+            if u64::from(word1) != self.consts.word1 {
+                self.set_consts(word1);
+            }
+            let k = &self.consts;
+            // The first vector's counters, then each the previous one's plus `LANES / 4` blocks
+            // in word 0 (no carry: the span's blocks share word 1).
+            let mut ctr = V::add_u(k.template, V::and_u(V::splat_u(first as u32), k.word0));
+            let step = V::and_u(V::splat_u((V::LANES / 4) as u32), k.word0);
+            let mut x = [k.template; MAX_RNG_VECTORS];
+            for x in x.iter_mut().take(V::RNG_VECTORS) {
+                *x = V::xor_u(ctr, k.keys[0]);
+                ctr = V::add_u(ctr, step);
+            }
+            if Self::WIDE_AES && k.wide {
+                ars_rounds::<V, true>(&mut x, &k.keys);
+            } else {
+                ars_rounds::<V, false>(&mut x, &k.keys);
+            }
+            x
+        }
+    }
+
+    /// Keeps output vector `v` of the span in `bits`, as words or split into chunks (see the
+    /// field).
+    #[inline(always)]
+    unsafe fn keep(bits: &mut [V::U; 2 * MAX_RNG_VECTORS], v: usize, words: V::U) {
+        unsafe {
+            // Unchecked: `v` is below `RNG_VECTORS`, so `lo + PER_GROUP` is below the span's
+            // `2 * RNG_VECTORS` chunks, at most `bits.len()` (the asserts in `SPAN`). With bounds
+            // checks, LLVM kept the conversions' kernel state in memory: their rounding and format
+            // were reloaded and tested in every chunk (gungraun, AVX2).
+            debug_assert!(v < V::RNG_VECTORS);
+            if WORDS {
+                *bits.get_unchecked_mut(v) = words;
+            } else {
+                // Vector `j` of group `d` holds chunk `j` of the group in its low halves and chunk
+                // `PER_GROUP + j` in its high halves.
+                let (d, j) = (v / Self::PER_GROUP, v % Self::PER_GROUP);
+                let lo = 2 * Self::PER_GROUP * d + j;
+                *bits.get_unchecked_mut(lo) = V::and_u(words, V::splat_u(0xFFFF));
+                *bits.get_unchecked_mut(lo + Self::PER_GROUP) = V::shr::<16>(words);
+            }
+        }
+    }
+
+    /// The bits a rounding with `rounding` consumes for the chunk at global `e`: [`Self::r16`] when
+    /// stochastic, zeros otherwise (the RNG runs only when its bits are used).
+    #[inline(always)]
+    pub unsafe fn for_rounding(&mut self, rounding: Rounding, e: u64) -> V::U {
+        unsafe {
+            if rounding == Rounding::Stochastic {
+                self.r16(e)
+            } else {
+                V::splat_u(0)
+            }
+        }
+    }
+
+    /// The 16 random bits (one per lane, in the low half) of the chunk starting at global `e`.
+    #[inline(always)]
+    pub unsafe fn r16(&mut self, e: u64) -> V::U {
+        unsafe {
+            debug_assert!(e.is_multiple_of(V::LANES as u64));
+            let d = self.span_group(e);
+            if WORDS {
+                let c = (e & 31) as usize / V::LANES;
+                let w = self.bits[d * Self::PER_GROUP + c % Self::PER_GROUP];
+                if c >= Self::PER_GROUP {
+                    V::shr::<16>(w)
+                } else {
+                    V::and_u(w, V::splat_u(0xFFFF))
+                }
+            } else {
+                // Spans start at a multiple of the span, so the chunk within it is this.
+                let chunks = Self::SPAN as usize * 32 / V::LANES;
+                self.bits[(e / V::LANES as u64) as usize % chunks]
+            }
+        }
+    }
+
+    /// Output word vector `j` (`j < 16 / LANES`) of the 32 elements from global `e`, a multiple of
+    /// 32: lane `l`'s low half is element `e + j * LANES + l`'s bits, its high half element
+    /// `e + 16 + j * LANES + l`'s ([`Self::r16`] of those two chunks, in one vector).
+    #[inline(always)]
+    pub unsafe fn word32(&mut self, e: u64, j: usize) -> V::U {
+        unsafe {
+            debug_assert!(WORDS && e.is_multiple_of(32) && j < Self::PER_GROUP);
+            self.bits[self.span_group(e) * Self::PER_GROUP + j]
+        }
+    }
+
+    /// The group of global element `e` within the cached span, after filling the span from that
+    /// group if it is not cached.
+    #[inline(always)]
+    unsafe fn span_group(&mut self, e: u64) -> usize {
+        unsafe {
+            let group = e >> 5;
+            let mut d = group.wrapping_sub(self.group);
+            if d >= Self::SPAN {
+                d = group % Self::SPAN;
+                let first = group - d;
+                if V::RNG_FILL_OPAQUE {
+                    V::fill_span(self, core::hint::black_box(first));
+                } else {
+                    V::fill_span(self, first);
+                }
+            }
+            d as usize
+        }
+    }
+}
+
+/// How a backend's kernels reach [`GroupBits::fill`]; `dispatch`'s `simd_backend!` implements it
+/// next to the kernels' entry points, inside the backend's target features.
+///
+/// The SIMD backends inline the fill: a call in the chunk loop would make LLVM reload every
+/// vector constant of the loop from memory on each chunk (callgrind: bf16 SR +17% instructions
+/// on AVX2). The portable backend calls it out of line: inlined, its long fill (software AES
+/// rounds on arrays) made LLVM stop inlining `core::array::from_fn`, which the portable
+/// primitives use, into the largest kernels.
+pub(crate) trait BitsFill {
+    unsafe fn fill_span<const WORDS: bool>(bits: &mut GroupBits<Self, WORDS>, group: u64)
+    where
+        Self: arch::Simd;
+}
+
+/// Checks of the vector ARS fill against the reference, run by `tests/internals.rs` through
+/// `halfstep::fuzzing::internals` (the span cache is private).
+#[cfg(feature = "fuzzing")]
+pub(crate) mod checks {
+    use super::*;
+    use crate::reference::ars::ars4x32_5;
+    use crate::reference::bits::{block_counter, element_bits};
+
+    /// The lanes of a span cache, vector after vector.
+    #[inline(always)]
+    unsafe fn lanes_of<V: Simd>(
+        bits: &[V::U; 2 * MAX_RNG_VECTORS],
+    ) -> [u32; 2 * MAX_RNG_VECTORS * MAX_LANES] {
+        let mut got = [0u32; 2 * MAX_RNG_VECTORS * MAX_LANES];
+        for (i, w) in bits.iter().enumerate() {
+            unsafe { V::store(got[i * V::LANES..].as_mut_ptr().cast(), V::from_bits(*w)) };
+        }
+        got
+    }
+
+    /// [`GroupBits`] on backend `V`, kept as words and split into chunks, against the reference
+    /// (block by block, and element by element), for spans whose blocks carry into counter word 1
+    /// and keys that wrap. One `GroupBits` per form fills every span in turn, so its cached
+    /// `CounterConsts` must follow counter word 1 as it changes (0 → 1 → 0x3FFF → 0) from span to
+    /// span.
+    #[inline(always)]
+    unsafe fn check_fill<V: Simd>(name: &str) {
+        let coords = [
+            BitsCoord {
+                seed: 0,
+                step: 0,
+                stream_word: 0,
+                replica_slot: 0,
+            },
+            BitsCoord {
+                seed: u64::MAX,
+                step: u32::MAX,
+                stream_word: 0xDEAD_BEEF,
+                replica_slot: 0xFFFF,
+            },
+            BitsCoord {
+                seed: 0x0123_4567_89AB_CDEF,
+                step: 7,
+                stream_word: 0x31,
+                replica_slot: 3,
+            },
+        ];
+        // Spans start at multiples of the span: the last span before word 1 turns 1, the first
+        // after it, the last span of all.
+        let span = GroupBits::<V>::SPAN;
+        let groups = [0u64, span, (1 << 30) - span, 1 << 30, (1 << 46) - span, 0];
+        for coord in coords {
+            let mut words = unsafe { GroupBits::<V, true>::new(coord) };
+            let mut split = unsafe { GroupBits::<V>::new(coord) };
+            for group in groups {
+                unsafe {
+                    words.fill(group);
+                    split.fill(group);
+                }
+                // Split into chunks: every element of the span, its 16 bits in the low half.
+                let got = unsafe { lanes_of::<V>(&split.bits) };
+                for (i, got) in got[..32 * span as usize].iter().enumerate() {
+                    let e = group * 32 + i as u64;
+                    let want = u32::from(element_bits(&coord, e));
+                    assert_eq!(*got, want, "{name} split: {coord:?} element {e}");
+                }
+                // As words: every block of the span, its four words in four consecutive lanes.
+                let got = unsafe { lanes_of::<V>(&words.bits) };
+                for block in 0..4 * span as usize {
+                    let want = ars4x32_5(
+                        block_counter(&coord, group * 4 + block as u64),
+                        seed_key(coord.seed),
+                    );
+                    assert_eq!(
+                        got[4 * block..4 * block + 4],
+                        want,
+                        "{name} words: {coord:?} group {group} block {block}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every backend this CPU runs (the others are skipped with a line on stderr).
+    pub(crate) fn fill_matches_the_reference_on_every_backend() {
+        unsafe { check_fill::<crate::arch::portable::Portable>("portable") };
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,fma,f16c,aes")]
+            unsafe fn avx2() {
+                unsafe { check_fill::<crate::arch::x86_64::avx2::Avx2>("avx2") }
+            }
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,aes,vaes")]
+            unsafe fn avx512() {
+                unsafe { check_fill::<crate::arch::x86_64::avx512::Avx512>("avx512") }
+            }
+            use crate::arch::x86_64::set_vaes_rounds;
+            use crate::cpu::Backend;
+            if Backend::Avx2.is_available() {
+                // Both forms of the rounds: 128-bit AES-NI, and 256-bit VAES where the CPU has it.
+                set_vaes_rounds(Some(false));
+                unsafe { avx2() }
+                if std::is_x86_feature_detected!("vaes") {
+                    set_vaes_rounds(Some(true));
+                    unsafe { avx2() }
+                } else {
+                    eprintln!("skipping avx2 with VAES: this CPU lacks it");
+                }
+                set_vaes_rounds(None);
+            } else {
+                eprintln!("skipping avx2: this CPU lacks it");
+            }
+            if Backend::Avx512.is_available() {
+                unsafe { avx512() }
+            } else {
+                eprintln!("skipping avx512: this CPU lacks it");
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            #[target_feature(enable = "neon,aes")]
+            unsafe fn neon() {
+                unsafe { check_fill::<crate::arch::aarch64::neon::Neon>("neon") }
+            }
+            if crate::cpu::Backend::Neon.is_available() {
+                unsafe { neon() }
+            } else {
+                eprintln!("skipping neon: this CPU lacks it");
+            }
+        }
+    }
+}
