@@ -180,8 +180,8 @@ pub(crate) trait Simd: Copy + 'static {
     /// How many consecutive full chunks the optimizer kernels load and store together, buffer
     /// by buffer, where the weights are split (`kernels::optim`, `Driver::full_run`: why). On
     /// AVX-512, 2: the chunks whose 16-bit elements fill one 64-byte line. On AVX2 also 2 (half
-    /// a line): 4 ran split SGD at 64M elements 25% faster again on Zen 4, but LAMB at 64K 8%
-    /// slower than 2 (16 registers). 1 loads and stores chunk by chunk.
+    /// a line): 4 helped large split steps but slowed LAMB in cache (16 registers). 1 loads and
+    /// stores chunk by chunk.
     const STORE_GROUP: usize = 1;
 
     // ---- 16-bit memory

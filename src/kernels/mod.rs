@@ -158,12 +158,9 @@ impl<V: arch::Simd + BitsFill> Simd for V {}
 const CONVERT_PREFETCH_AHEAD: isize = 1024;
 
 /// Whether a conversion of `n` elements prefetches ahead of each full chunk: from
-/// [`optim::PREFETCH_MIN`] elements, where software prefetching is on (Intel CPUs by default). The
-/// stochastic ones gained most: their random-bit fills are bursts of arithmetic with no loads, through
-/// which the hardware prefetchers' streams fell behind (bf16 SR at 64M on the 16-core Xeon host, Sapphire
-/// Rapids: 0.866 → 0.603 ns per element). Nearest-even gained there too: bf16 and e4m3 at 16M–64M
-/// took 0.55–0.80× the time, f16 (one `vcvtps2ph`) 0.84–1.06×, 1M–4M 0.80–1.03× (BENCHMARKS.md's history,
-/// "Prefetching the stochastic conversions" and "Nearest-even conversions and fp4 quantizers").
+/// [`optim::PREFETCH_MIN`] elements, where software prefetching is on (Intel CPUs by default): a
+/// stochastic conversion's random-bit fill is a burst of arithmetic with no loads, through which the
+/// hardware prefetchers' streams fall behind (docs/DESIGN.md, "SIMD backends").
 #[inline(always)]
 fn convert_prefetches<V: Simd>(n: usize) -> bool {
     V::HAS_PREFETCH && n >= optim::PREFETCH_MIN && crate::cpu::software_prefetch()

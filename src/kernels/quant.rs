@@ -305,10 +305,7 @@ impl<V: Simd> ChunkBody<V> for Fp4Codes<V> {
     }
     /// The next tile's line at this chunk's offset: its amax pass reads it right after this
     /// tile's codes, a burst of arithmetic with no loads through which the hardware prefetchers
-    /// fell behind (past the slice's end the hint does nothing). On the 16-core Xeon host (Sapphire
-    /// Rapids) NVFP4 and MXFP4, both roundings, took 0.56–0.94× the time at 64M elements and
-    /// 0.68–1.14× at 16M; at 1M–4M rows spread 0.70–1.42× around even (BENCHMARKS.md's history, "Nearest-even
-    /// conversions and fp4 quantizers").
+    /// fall behind (past the slice's end the hint does nothing; docs/DESIGN.md, "SIMD backends").
     #[inline(always)]
     unsafe fn prefetch(&mut self, off: isize) {
         // One prefetch per 64-byte line of f32: every chunk at 16 lanes, every other one at 8.

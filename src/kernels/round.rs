@@ -48,7 +48,7 @@ pub(crate) unsafe fn from_bf16<V: Simd>(h: V::U) -> V::F {
 ///
 /// The same results as the spec's formula, computed in two ranges with constant shifts only (the
 /// formula's shift depends on the exponent: four variable shifts per vector, several uops each on
-/// AMD's AVX2 before Zen 2 and on NEON; e4m3 nearest ran 1.7 ns per element on a Zen 1):
+/// AMD's AVX2 before Zen 2 and on NEON):
 /// - `a >= 2^emin` (target normal): `n = a - (emin - 1 + 127) << 23` is the code times
 ///   `2^(23 - MAN)` plus the bits under the quantum, so the rounding is integer work on `n`;
 /// - `a < 2^emin` (target subnormal or zero): the value scaled in f32 by a power of two (exact,

@@ -84,9 +84,8 @@ trait Access<V: Simd>: Copy {
     const WIDE: bool = false;
 
     /// Whether calls with this kind of weights load and store their chunks in groups
-    /// (`Driver::full_run`: why): split weights only. Grouped too, f32 SGD at 64K elements ran
-    /// 10% (AVX-512) and 19% (AVX2) slower on Zen 4; all-f32 steps gained only where their
-    /// buffers collided.
+    /// (`Driver::full_run`: why): split weights only; grouped, all-f32 steps lost time in cache and
+    /// gained only where their buffers collided (docs/DESIGN.md).
     const GROUPED: bool = false;
 
     /// Whether stores must hold canonical NaNs (SPEC.md §5): every kind the caller passes. Not
@@ -657,15 +656,12 @@ macro_rules! drive_layouts {
 
 /// How far ahead of a full chunk (bytes, in every buffer it touches) the driver prefetches: one
 /// 4 KiB page. The hardware prefetchers keep up with one or two streams; an optimizer step runs
-/// four to seven (split weights are two), and at 64M elements on one thread the kernels sat 5–20%
-/// under a copy loop that keeps as many streams in flight. Measured on one thread, AVX-512
-/// (`step_timer`, medians of 3, docs/DESIGN.md): 4–8 KiB were best from 4M elements up, 1 KiB
-/// no better than none; with six streams, 8 KiB ahead would fill L1.
+/// four to seven (split weights are two). The distances were chosen by sweeps (docs/DESIGN.md,
+/// "SIMD backends"); with six streams, 8 KiB ahead would fill L1.
 const PREFETCH_AHEAD_BYTES: usize = 4096;
 
-/// The distance when every buffer is f32 (PyTorch's fused AdamW layout): half a page. Measured
-/// the same way: all-f32 AdamW at 64M elements ran 0.442 ns/param at 2 KiB, 0.498 at 4 KiB and
-/// 0.476 without prefetching, while 2 KiB cost the layouts with 16-bit buffers 20–30% at 4M.
+/// The distance when every buffer is f32 (PyTorch's fused AdamW layout): half a page, best for
+/// that layout and worse for the ones with 16-bit buffers.
 const PREFETCH_AHEAD_BYTES_F32: usize = 2048;
 
 /// Prefetches the line `bytes` past element `off` of `p` (which may lie past the buffer: a
