@@ -183,6 +183,9 @@ pub(crate) trait Simd: Copy + 'static {
     /// a line): 4 helped large split steps but slowed LAMB in cache (16 registers). 1 loads and
     /// stores chunk by chunk.
     const STORE_GROUP: usize = 1;
+    /// Whether the optimizer kernels compile their hot storage layouts (`drive_layouts!`) rather
+    /// than run every call through the run-time one (a `match` per buffer and chunk).
+    const COMPILED_LAYOUTS: bool = true;
 
     // ---- 16-bit memory
     /// Loads `LANES` u16, zero-extended.

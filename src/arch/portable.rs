@@ -202,6 +202,11 @@ impl Simd for Portable {
         aes_round::<false>(a, round_key)
     }
     const RNG_VECTORS: usize = 2;
+    // On x86_64 this backend is the fallback for CPUs without AVX2 and AES-NI and the tests' second
+    // implementation, not a fast path: its optimizers take the run-time layout, which takes a third
+    // off the release build. Elsewhere (aarch64 cores without the crypto extension, other targets)
+    // it is the fast path and compiles them.
+    const COMPILED_LAYOUTS: bool = !cfg!(target_arch = "x86_64");
     #[inline(always)]
     unsafe fn to_bits(a: [f32; L]) -> [u32; L] {
         a.map(f32::to_bits)

@@ -596,7 +596,8 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
 /// states), the same with bf16 states rounded stochastically (10 bytes per parameter), bf16
 /// weights rounded stochastically with bf16 gradients and f32 states, all f32 (PyTorch's fused
 /// AdamW), all bf16 with every store stochastic, all bf16 with the roundings read at run time —
-/// and run-time access otherwise (a `match` per buffer and chunk). LAMB's passes leave out the two
+/// and run-time access otherwise (a `match` per buffer and chunk), or for every call on a backend
+/// without `COMPILED_LAYOUTS` (the portable one on x86_64). LAMB's passes leave out the two
 /// stochastic layouts (`no_sr_layouts`): with them, its IPEX layout's code changed around them
 /// (gungraun, AVX2: LAMB with groups +6% instructions), and each LAMB layout is two passes to
 /// compile. `$G`, `$S0`, `$S1`, `$S2` are
@@ -616,7 +617,12 @@ macro_rules! drive_layouts {
         type Sr = Bf16Buf<STOCHASTIC>;
         type AllBf16Sr = Lay<Sr, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>;
         type Any = Lay<Buf, $G<Buf>, $S0<Buf>, $S1<Buf>, $S2<Buf>>;
-        if drive_layouts!(@$sr, $V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2]) {
+        if const { !<$V as crate::arch::Simd>::COMPILED_LAYOUTS } {
+            match Bufs::<$V, Any>::of(ctx, stream, d) {
+                Some(mut b) => drive::<$V, Any, _>(n, base, &mut b, op),
+                None => unreachable!("the run-time layout takes any buffers"),
+            }
+        } else if drive_layouts!(@$sr, $V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2]) {
         } else if let Some(mut b) = Bufs::<$V, Ipex>::of(ctx, stream, d) {
             drive::<$V, Ipex, _>(n, base, &mut b, op)
         } else if let Some(mut b) = Bufs::<$V, AllF32>::of(ctx, stream, d) {
