@@ -263,7 +263,7 @@ macro_rules! simd_backend {
 
             $(#[target_feature(enable = $features)])?
             unsafe fn fill_bits(c: &BitsCoord, base: u64, out: &mut [u16]) {
-                unsafe { kernels::convert::fill_bits::<$V>(c, base, out) }
+                unsafe { kernels::bits::fill_bits::<$V>(c, base, out) }
             }
             $(#[target_feature(enable = $features)])?
             unsafe fn f32_to_bf16(s: &[f32], d: &mut [u16], r: Rounding, c: &BitsCoord, b: u64) {

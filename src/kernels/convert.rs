@@ -1,102 +1,13 @@
-//! Random-bit fill and the slice conversions (SPEC.md §3.2, §4).
+//! The slice conversions (SPEC.md §4): f32 to and from bf16 and f16, Split-SGD split and combine.
 //!
 //! Each kernel is a [`ChunkBody`]: `full` works in place, `partial` stages the chunk through
 //! zeroed stack buffers and runs the same per-chunk function.
 
 use super::Simd;
 use super::round::{from_f16, to_bf16, to_f16};
-use super::{
-    Chunk, ChunkBody, GroupBits, Stage, full_run_plain, run_chunks, run_conversion, stage_in,
-    stage_out,
-};
+use super::{Chunk, ChunkBody, GroupBits, Stage, run_chunks, run_conversion, stage_in, stage_out};
 use crate::reference::bits::BitsCoord;
 use crate::reference::round::Rounding;
-
-struct FillBits<V: Simd> {
-    /// As words: `full_run` stores both halves of each at once.
-    rng: GroupBits<V, true>,
-    dst: *mut u16,
-}
-
-impl<V: Simd> FillBits<V> {
-    /// The 32 elements from `e` (a multiple of 32) through the span cache.
-    #[inline(always)]
-    unsafe fn words32(&mut self, off: isize, e: u64) {
-        unsafe {
-            let l = V::LANES;
-            for j in 0..16 / l {
-                let w = self.rng.word32(e, j);
-                let lo = self.dst.offset(off + (j * l) as isize);
-                V::store_u16_halves(lo.add(16), lo, w);
-            }
-        }
-    }
-}
-
-impl<V: Simd> ChunkBody<V> for FillBits<V> {
-    #[inline(always)]
-    unsafe fn full(&mut self, off: isize, e: u64) {
-        unsafe { V::store_u16(self.dst.offset(off), self.rng.r16(e)) }
-    }
-    #[inline(always)]
-    unsafe fn partial(&mut self, c: &Chunk) {
-        unsafe {
-            let mut st = Stage::new();
-            V::store_u16(st.h.as_mut_ptr(), self.rng.r16(c.e));
-            stage_out(st.h.as_ptr(), self.dst, c);
-        }
-    }
-    /// 32 elements at a time where they start at a multiple of 32: each output word then holds
-    /// two of them, stored by one `store_u16_halves` instead of a shift or mask and a narrowing
-    /// store per chunk. Whole spans go from the AES rounds' registers straight to `dst`, without
-    /// the span cache (a store and a load per vector).
-    #[inline(always)]
-    unsafe fn full_run(&mut self, mut off: isize, mut e: u64, end: u64) {
-        unsafe {
-            let l = V::LANES;
-            let span = 32 * GroupBits::<V, true>::SPAN;
-            let per_group = 16 / l;
-            let head_end = e.next_multiple_of(32).min(end);
-            full_run_plain::<V, Self>(self, off, e, head_end);
-            off += (head_end - e) as isize;
-            e = head_end;
-            while e + 32 <= end && !e.is_multiple_of(span) {
-                self.words32(off, e);
-                off += 32;
-                e += 32;
-            }
-            while e + span <= end {
-                let words = self.rng.span_words(e / 32);
-                for (v, w) in words.iter().enumerate().take(V::RNG_VECTORS) {
-                    let lo = self
-                        .dst
-                        .offset(off + (32 * (v / per_group) + v % per_group * l) as isize);
-                    V::store_u16_halves(lo.add(16), lo, *w);
-                }
-                off += span as isize;
-                e += span;
-            }
-            while e + 32 <= end {
-                self.words32(off, e);
-                off += 32;
-                e += 32;
-            }
-            full_run_plain::<V, Self>(self, off, e, end);
-        }
-    }
-}
-
-/// SPEC.md §3.2: the bits of elements `base .. base + out.len()`.
-#[inline(always)]
-pub(crate) unsafe fn fill_bits<V: Simd>(coord: &BitsCoord, base: u64, out: &mut [u16]) {
-    unsafe {
-        let mut k = FillBits::<V> {
-            rng: GroupBits::new(*coord),
-            dst: out.as_mut_ptr(),
-        };
-        run_chunks::<V, _>(base, out.len(), &mut k);
-    }
-}
 
 /// Which 16-bit format a conversion reads or writes.
 #[derive(Clone, Copy, PartialEq, Eq)]
