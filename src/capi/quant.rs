@@ -1,6 +1,7 @@
 //! Quantizers: fp8 (E4M3, E5M2), E8M0, and the NVFP4 / MXFP4 block formats.
 
 use super::*;
+use crate::reference::quant::{MXFP4_BLOCK, NVFP4_BLOCK};
 
 /// `hs_f32_to_fp8` / `hs_fp8_to_f32` format: E4M3 (`e4m3fn`).
 pub const HS_E4M3: u32 = 0;
@@ -121,7 +122,7 @@ pub unsafe extern "C" fn hs_quantize_nvfp4(
     index_base: u64,
 ) -> hs_status {
     guard(|| {
-        let (np, ns) = block_buffers(src, "src", packed, scales, len, 16)?;
+        let (np, ns) = block_buffers(src, "src", packed, scales, len, NVFP4_BLOCK)?;
         let (r, ctx) = (rounding(rounding_mode)?, context(ctx)?);
         let stream = stream_of(stream_id, index_base);
         unsafe {
@@ -148,7 +149,7 @@ pub unsafe extern "C" fn hs_dequantize_nvfp4(
     len: usize,
 ) -> hs_status {
     guard(|| {
-        let (np, ns) = block_buffers(dst, "dst", packed, scales, len, 16)?;
+        let (np, ns) = block_buffers(dst, "dst", packed, scales, len, NVFP4_BLOCK)?;
         unsafe {
             Ok(engine()?.dequantize_nvfp4(
                 slice(packed, np),
@@ -174,7 +175,7 @@ pub unsafe extern "C" fn hs_quantize_mxfp4(
     index_base: u64,
 ) -> hs_status {
     guard(|| {
-        let (np, ns) = block_buffers(src, "src", packed, scales, len, 32)?;
+        let (np, ns) = block_buffers(src, "src", packed, scales, len, MXFP4_BLOCK)?;
         let (r, ctx) = (rounding(rounding_mode)?, context(ctx)?);
         let stream = stream_of(stream_id, index_base);
         unsafe {
@@ -199,7 +200,7 @@ pub unsafe extern "C" fn hs_dequantize_mxfp4(
     len: usize,
 ) -> hs_status {
     guard(|| {
-        let (np, ns) = block_buffers(dst, "dst", packed, scales, len, 32)?;
+        let (np, ns) = block_buffers(dst, "dst", packed, scales, len, MXFP4_BLOCK)?;
         unsafe {
             Ok(engine()?.dequantize_mxfp4(
                 slice(packed, np),
