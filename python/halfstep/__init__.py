@@ -26,7 +26,9 @@ the optimizer's parameters, the element, replica). Each parameter keeps its own 
 
 Every ``step()`` checks each parameter, gradient and state it passes to the library (dtype, device,
 layout, contiguity, element counts, and that no two buffers overlap) before anything is written, and
-raises ``ValueError`` naming the parameter where one no longer fits.
+raises ``ValueError`` naming the parameter where one no longer fits. A step whose parameters and
+states are those of the step before repeats these checks against what that step saw, and reuses
+its call's arguments with only the gradients' addresses rewritten.
 
 The library is found through $HALFSTEP_LIB, else the one installed in this package, else
 ``target/release/libhalfstep.so`` of the checkout this file is in (``cargo build --release
@@ -35,7 +37,9 @@ The library is found through $HALFSTEP_LIB, else the one installed in this packa
 
 import array
 import ctypes
+import functools
 import glob
+import itertools
 import os
 
 import torch
@@ -236,6 +240,76 @@ _MAX_STEP = 2 ** 24
 # tenth of a torch operation per parameter.
 _F32 = ctypes.c_float
 
+
+def _disjoint(ranges):
+    """Whether no two of the (start, end) byte ranges overlap."""
+    ranges = sorted(ranges)
+    return all(b[0] >= a[1] for a, b in zip(ranges, ranges[1:]))
+
+
+class _Plan:
+    """What a checked step keeps for the next ones: per group, each parameter's entry (what the
+    check saw, and where its gradient's address sits in the descriptor words) and the call's
+    descriptor words; the byte ranges of every buffer but the gradients."""
+
+    __slots__ = ("state", "groups", "ctx", "ctx_ref", "fixed", "grads")
+
+    def __init__(self, state, groups, ctx, fixed, grads):
+        self.state, self.groups, self.fixed, self.grads = state, groups, fixed, grads
+        self.ctx, self.ctx_ref = ctx, ctypes.byref(ctx)
+
+    def overlap_free(self):
+        """Whether the gradients at their current addresses overlap nothing."""
+        words = [w for _, _, w in self.groups]
+        return _disjoint(self.fixed + [(words[k][slot], words[k][slot] + size) for k, slot, size in self.grads])
+
+
+try:
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+except ImportError:  # a torch that keeps them elsewhere: its own wrapper is used
+    _global_optimizer_pre_hooks = _global_optimizer_post_hooks = None
+
+
+def _hooked(step):
+    """torch.optim's wrapper of `step` (its pre- and post-hooks, `_optimizer_step_code`, and the
+    "Optimizer.step#Name.step" range for the profiler), opening the profiler's range only while a
+    profiler runs: torch.optim's wrapper opens it on every step, which costs more than a small
+    step itself (docs/DESIGN.md, "PyTorch package"). torch.optim wraps a `step` only when it is
+    not marked `hooked`."""
+    if _global_optimizer_pre_hooks is None:
+        return step
+
+    @functools.wraps(step)
+    def wrapper(*args, **kwargs):
+        self = args[0]
+        if _profiler_enabled():
+            with torch.autograd.profiler.record_function(f"Optimizer.step#{type(self).__name__}.step"):
+                return _with_hooks(self, step, args, kwargs)
+        return _with_hooks(self, step, args, kwargs)
+
+    wrapper.hooked = True
+    return wrapper
+
+
+_profiler_enabled = torch._C._autograd._profiler_enabled
+
+
+def _with_hooks(self, step, args, kwargs):
+    for hook in itertools.chain(_global_optimizer_pre_hooks.values(), self._optimizer_step_pre_hooks.values()):
+        result = hook(self, args, kwargs)
+        if result is not None:
+            if isinstance(result, tuple) and len(result) == 2:
+                args, kwargs = result
+            else:
+                raise RuntimeError(f"{step} must return None or a tuple of (new_args, new_kwargs), "
+                                   f"but got {result}.")
+    out = step(*args, **kwargs)
+    self._optimizer_step_code()
+    for hook in itertools.chain(self._optimizer_step_post_hooks.values(), _global_optimizer_post_hooks.values()):
+        hook(self, args, kwargs)
+    return out
+
+
 # torch.optim's implementation switches: the values halfstep honours (its step is one fused kernel
 # on the CPU), and why the others are refused.
 _SWITCHES = {
@@ -275,7 +349,7 @@ class _Halfstep(torch.optim.Optimizer):
         if rounding not in ("stochastic", "nearest"):
             raise ValueError(f"rounding must be 'stochastic' or 'nearest', not {rounding!r}")
         self._threads_wanted, self._threads, self._workspace = threads, None, None
-        self._layouts, self._configs = {}, {}
+        self._layouts, self._configs, self._plan = {}, {}, None
         self.weights, self.states_kind, self.rounding_name = weights, states, rounding
         self.rounding = HS_STOCHASTIC if rounding == "stochastic" else HS_NEAREST_EVEN
         self.seed, self.replica = _seed(seed), replica
@@ -297,7 +371,7 @@ class _Halfstep(torch.optim.Optimizer):
                                  f"use {' or '.join(repr(a) for a in allowed)}")
         # The library's own validation of the hyperparameters: a call with no tensors.
         ctx = StepContext(self.seed, 1, self._replica_word)
-        self._call(group, ctypes.byref(ctx), None, 0, "hyperparameters")
+        _check(self._call(group, ctypes.byref(ctx), None, 0), self._label, "hyperparameters")
 
     def _check_param(self, p, where):
         want = _WEIGHTS[self.weights]
@@ -379,7 +453,7 @@ class _Halfstep(torch.optim.Optimizer):
 
     # --- step -----------------------------------------------------------------------------------
 
-    @torch.no_grad()
+    @_hooked
     def step(self, closure=None):
         """One step over every parameter with a gradient. Every check is made for every parameter
         of every group before the first call writes anything."""
@@ -387,6 +461,15 @@ class _Halfstep(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if not self._step_planned():
+            with torch.no_grad():
+                self._step_checked()
+        return loss
+
+    def _step_checked(self):
+        """The step with every check made from scratch; keeps what the next steps need to repeat
+        the checks cheaply (`_plan`) when the step has the plan's shape."""
+        self._plan = None
         want = _WEIGHTS[self.weights]
         split = self.weights == "split"
         if split:
@@ -396,15 +479,17 @@ class _Halfstep(torch.optim.Optimizer):
         else:
             wkind = HS_F32 | HS_STOCHASTIC << 32
         strided = torch.strided
-        calls, counters, ranges, keep = [], [], [], []
+        calls, counters, ranges, fixed, keep = [], [], [], [], []
+        plan_groups, grad_ranges, plannable = [], [], True
         index = 0
         for group in self.param_groups:
             expected, states = self._layout(group)
-            by_step = {}
+            by_step, entries = {}, []
             for p in group["params"]:
                 stream, index = index, index + 1
                 g = p.grad
                 if g is None:
+                    entries.append((p, None))
                     continue
                 if p.layout != strided or p.dtype != want or not p.is_cpu or not p.is_contiguous():
                     self._check_param(p, self._where(p, stream))
@@ -420,12 +505,19 @@ class _Halfstep(torch.optim.Optimizer):
                     keep.append(g)  # the descriptor holds only its address
                 st = self._state_of(p, expected, stream)
                 n = p.numel()
-                counter = st["step"].data_ptr()
-                step = int(_F32.from_address(counter).value) + 1
+                step_t = st["step"]
+                counter = step_t.data_ptr()
+                view = _F32.from_address(counter)
+                step = int(view.value) + 1
                 if step >= _MAX_STEP:
                     raise ValueError(f"{self._name()}: {self._where(p, stream)} would take step {step}, past the "
                                      "2**24 that torch.optim's float32 state['step'] counts exactly")
-                counters.append((counter, step))
+                counters.append((view, step))
+                words = by_step.setdefault(step, [])
+                checked = tuple((name, st[name], st[name].data_ptr(), dtype, st[name].shape)
+                                for name, dtype, _ in expected)
+                entry = [p, -1, p.data_ptr(), p.dtype, p.shape, g.dtype, st, step_t, counter, view, checked]
+                entries.append(entry)
                 if n == 0:
                     continue
                 if group.get("maximize") and self._negate_for_maximize:
@@ -435,37 +527,112 @@ class _Halfstep(torch.optim.Optimizer):
                 d[_LEN] = n
                 pp, gp = p.data_ptr(), g.data_ptr()
                 d[_W], d[_W + 1], d[_G], d[_G + 1], d[_STREAM] = wkind, pp, gkind | HS_STOCHASTIC << 32, gp, stream
-                ranges.append((pp, pp + n * p.element_size()))
+                fixed.append((pp, pp + n * p.element_size()))
                 ranges.append((gp, gp + n * g.element_size()))
+                entry[1] = len(words) + _G + 1
+                grad_ranges.append((len(plan_groups), entry[1], n * g.element_size()))
                 if split:
                     tp = st["trail"].data_ptr()
                     d[_W + 2] = tp
-                    ranges.append((tp, tp + 2 * n))
+                    fixed.append((tp, tp + 2 * n))
                 k = _S
                 for name, kind, size in states:
                     sp = st[name].data_ptr()
                     d[k], d[k + 1] = kind, sp
-                    ranges.append((sp, sp + size * n))
+                    fixed.append((sp, sp + size * n))
                     k += 3
-                by_step.setdefault(step, []).extend(d)
+                words.extend(d)
             for step, words in by_step.items():
                 calls.append((group, step, words))
-        ranges.sort()
-        for a, b in zip(ranges, ranges[1:]):
-            if b[0] < a[1]:
-                self._explain_overlap()
+            plannable = plannable and len(by_step) <= 1
+            plan_groups.append((group, entries, array.array("Q", next(iter(by_step.values()), []))))
+        if not _disjoint(ranges + fixed):
+            self._explain_overlap()
         if len(calls) > 1:
             # Each call checks its hyperparameters before writing; with several calls, a later group
             # must not be found invalid after an earlier one was written.
             for group in {id(c[0]): c[0] for c in calls}.values():
                 self._check_group(group)
+        ctx = StepContext(self.seed, 0, self._replica_word)
         for group, step, words in calls:
-            ctx = StepContext(self.seed, step, self._replica_word)
+            ctx.step = step
             arr = array.array("Q", words)
-            self._call(group, ctypes.byref(ctx), arr.buffer_info()[0], len(words) // _WORDS, "step")
-        for counter, step in counters:
-            _F32.from_address(counter).value = step
-        return loss
+            status = self._call(group, ctypes.byref(ctx), arr.buffer_info()[0], len(words) // _WORDS)
+            _check(status, self._label, "step")
+        for view, step in counters:
+            view.value = step
+        if plannable and not keep:
+            self._plan = _Plan(self.state, plan_groups, ctx, fixed, grad_ranges)
+
+    def _step_planned(self):
+        """The step through `_plan`, when it still describes every buffer: the parameters, their
+        dtypes, shapes, contiguity and addresses, the states' tensors, addresses, element counts and
+        dtypes, and the gradients' dtypes, shapes, layout, device and contiguity are compared with
+        the last checked step's, and only the gradients' addresses may differ (they are written into
+        the kept descriptors). False, with nothing written, when anything else changed or the steps
+        of a group's parameters differ: the caller then makes every check from scratch."""
+        plan = self._plan
+        groups = self.param_groups
+        if plan is None or plan.state is not self.state or len(groups) != len(plan.groups):
+            return False
+        state, strided = self.state, torch.strided
+        moved = False
+        steps = []
+        for group, (planned, entries, words) in zip(groups, plan.groups):
+            params = group["params"]
+            if group is not planned or len(params) != len(entries):
+                return False
+            step = None
+            for p, e in zip(params, entries):
+                g = p.grad
+                if p is not e[0] or (g is None) != (e[1] is None):
+                    return False
+                if g is None:
+                    continue
+                _, slot, pp, dtype, shape, gdtype, st, step_t, counter, view, checked = e
+                if p.data_ptr() != pp or p.dtype is not dtype or p.shape != shape or not p.is_contiguous() \
+                        or g.dtype is not gdtype or g.shape != shape or g.layout is not strided or not g.is_cpu \
+                        or not g.is_contiguous() or state.get(p) is not st or st.get("step") is not step_t \
+                        or step_t.data_ptr() != counter:
+                    return False
+                for name, t, ptr, tdtype, tshape in checked:
+                    if st.get(name) is not t or t.data_ptr() != ptr or t.dtype is not tdtype \
+                            or t.shape != tshape or not t.is_contiguous():
+                        return False
+                s = view.value
+                if step is None:
+                    step = s
+                elif s != step:
+                    return False
+                if slot >= 0:
+                    gp = g.data_ptr()
+                    if words[slot] != gp:
+                        words[slot], moved = gp, True
+            steps.append(step)
+        steps = [None if step is None else int(step) + 1 for step in steps]
+        if any(step is not None and step >= _MAX_STEP for step in steps):
+            return False
+        calls = [(group, step, words) for (group, _, words), step in zip(plan.groups, steps) if step and words]
+        if len(calls) > 1:
+            if moved and not plan.overlap_free():
+                return False
+            for group, _, _ in calls:
+                self._check_group(group)
+        ctx = plan.ctx
+        for i, (group, step, words) in enumerate(calls):
+            ctx.step = step
+            address, length = words.buffer_info()
+            status = self._call(group, plan.ctx_ref, address, length // _WORDS)
+            if status != 0:
+                if i == 0:
+                    return False  # nothing written: the checked step says why
+                _check(status, self._label, "step")
+        for (_, entries, _), step in zip(plan.groups, steps):
+            if step is not None:
+                for e in entries:
+                    if e[1] is not None:
+                        e[9].value = step
+        return True
 
     # LAMB's C kernel has no maximize: the package steps a negated copy of the gradient.
     _negate_for_maximize = False
@@ -580,7 +747,7 @@ class _Halfstep(torch.optim.Optimizer):
         super().__setstate__(state)
         # The C handles are per object: a copy makes its own on first use.
         self._threads, self._workspace = None, None
-        self._layouts, self._configs = {}, {}
+        self._layouts, self._configs, self._plan = {}, {}, None
         library()
 
     def __del__(self):
@@ -609,6 +776,7 @@ class SGD(_Halfstep):
 
     State per parameter: ``step`` and, with momentum, ``momentum_buffer``.""" + _COMMON_DOC
 
+    _label = "sgd"
     _state_names = (("momentum_buffer", "momentum", lambda g: 0.0),)
     _layout_keys = ("momentum",)
 
@@ -620,10 +788,10 @@ class SGD(_Halfstep):
                                       differentiable=differentiable, fused=fused),
                          weights, states, rounding, seed, replica, threads)
 
-    def _call(self, g, ctx, arr, n, what):
+    def _call(self, g, ctx, arr, n):
         cfg = self._config(SgdConfig, (float(g["lr"]), g["momentum"], g["dampening"], g["weight_decay"],
                                        bool(g["nesterov"]), bool(g["maximize"])))
-        _check(_lib.hs_sgd_step(cfg, ctx, arr, n, self._pool() if n else None), "sgd", what)
+        return _lib.hs_sgd_step(cfg, ctx, arr, n, self._pool() if n else None)
 
 
 class Adagrad(_Halfstep):
@@ -631,6 +799,7 @@ class Adagrad(_Halfstep):
 
     State per parameter: ``step`` and ``sum`` (starting at initial_accumulator_value).""" + _COMMON_DOC
 
+    _label = "adagrad"
     _state_names = (("sum", None, lambda g: g["initial_accumulator_value"]),)
     _layout_keys = ("initial_accumulator_value",)
 
@@ -642,10 +811,10 @@ class Adagrad(_Halfstep):
                                       maximize=maximize, differentiable=differentiable, fused=fused),
                          weights, states, rounding, seed, replica, threads)
 
-    def _call(self, g, ctx, arr, n, what):
+    def _call(self, g, ctx, arr, n):
         cfg = self._config(AdagradConfig, (float(g["lr"]), g["lr_decay"], g["weight_decay"], g["eps"],
                                            g["initial_accumulator_value"], bool(g["maximize"])))
-        _check(_lib.hs_adagrad_step(cfg, ctx, arr, n, self._pool() if n else None), "adagrad", what)
+        return _lib.hs_adagrad_step(cfg, ctx, arr, n, self._pool() if n else None)
 
 
 class Adam(_Halfstep):
@@ -655,6 +824,7 @@ class Adam(_Halfstep):
     State per parameter: ``step``, ``exp_avg``, ``exp_avg_sq`` and, with amsgrad, ``max_exp_avg_sq``.""" \
         + _COMMON_DOC
 
+    _label = "adam"
     _state_names = (("exp_avg", None, lambda g: 0.0), ("exp_avg_sq", None, lambda g: 0.0),
                     ("max_exp_avg_sq", "amsgrad", lambda g: 0.0))
     _layout_keys = ("amsgrad",)
@@ -670,11 +840,11 @@ class Adam(_Halfstep):
                                       decoupled_weight_decay=decoupled_weight_decay),
                          weights, states, rounding, seed, replica, threads)
 
-    def _call(self, g, ctx, arr, n, what):
+    def _call(self, g, ctx, arr, n):
         b1, b2 = g["betas"]
         cfg = self._config(AdamConfig, (float(g["lr"]), float(b1), float(b2), g["eps"], g["weight_decay"],
                                         bool(g["decoupled_weight_decay"]), bool(g["amsgrad"]), bool(g["maximize"])))
-        _check(_lib.hs_adam_step(cfg, ctx, arr, n, self._pool() if n else None), "adam", what)
+        return _lib.hs_adam_step(cfg, ctx, arr, n, self._pool() if n else None)
 
 
 class AdamW(Adam):
@@ -700,6 +870,7 @@ class LAMB(_Halfstep):
 
     State per parameter: ``step``, ``exp_avg``, ``exp_avg_sq``.""" + _COMMON_DOC
 
+    _label = "lamb"
     _state_names = (("exp_avg", None, lambda g: 0.0), ("exp_avg_sq", None, lambda g: 0.0))
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
@@ -712,7 +883,7 @@ class LAMB(_Halfstep):
 
     _negate_for_maximize = True
 
-    def _call(self, g, ctx, arr, n, what):
+    def _call(self, g, ctx, arr, n):
         if not self._workspace:
             self._workspace = library().hs_lamb_workspace_new()
             if not self._workspace:
@@ -723,4 +894,4 @@ class LAMB(_Halfstep):
             raise ValueError(f"halfstep.LAMB: max_trust_ratio must be None or > 0, not {mtr!r}")
         cfg = self._config(LambConfig, (float(g["lr"]), float(b1), float(b2), g["eps"], g["weight_decay"],
                                         0.0 if mtr is None else mtr))
-        _check(_lib.hs_lamb_step(cfg, ctx, arr, n, self._pool() if n else None, self._workspace), "lamb", what)
+        return _lib.hs_lamb_step(cfg, ctx, arr, n, self._pool() if n else None, self._workspace)

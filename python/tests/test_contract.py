@@ -13,6 +13,7 @@ import sys
 import unittest
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 try:  # the installed package, else the checkout's
     import halfstep
@@ -135,6 +136,76 @@ class EveryStepChecks(unittest.TestCase):
         opt, params = self.fresh()
         opt.state[params[1]]["exp_avg"] = torch.zeros(10)
         self.refuse(opt, params, r"parameter 1 .*state 'exp_avg'")
+        opt, params = self.fresh()
+        opt.state[params[1]]["exp_avg_sq"].data = torch.zeros(10)  # the same tensor object
+        self.refuse(opt, params, r"parameter 1 .*state 'exp_avg_sq'")
+
+    def test_gradients_that_share_memory_across_groups(self):
+        torch.manual_seed(0)
+        a, b = torch.nn.Parameter(torch.randn(4096)), torch.nn.Parameter(torch.randn(4096))
+        opt = halfstep.AdamW([{"params": [a]}, {"params": [b], "weight_decay": 0.0}], lr=1e-2)
+        for _ in range(2):
+            stepped(opt, [a, b], [torch.randn(4096), torch.randn(4096)])
+        g = torch.randn(4096)
+        a.grad, b.grad = g, g  # one call per group: no single call sees both
+        self.refuse(opt, [a, b], "share memory")
+        a.grad, b.grad = torch.randn(4096), opt.state[a]["exp_avg"]
+        self.refuse(opt, [a, b], "share memory")
+
+
+class RepeatedSteps(unittest.TestCase):
+    """A step whose parameters, states and gradient kinds are those of the step before reuses that
+    step's descriptors (the gradients' addresses rewritten) after checking that they still hold."""
+
+    def test_same_bits_as_steps_checked_from_scratch(self):
+        for make, kw in [(halfstep.AdamW, dict(weights="split", states="bf16")),
+                         (halfstep.SGD, dict(momentum=0.9, weights="bf16")),
+                         (halfstep.Adagrad, dict(states="bf16")),
+                         (halfstep.LAMB, dict())]:
+            runs, checked = [], []
+            for from_scratch in (False, True):
+                torch.manual_seed(4)
+                dtype = torch.float32 if kw.get("weights", "fp32") == "fp32" else torch.bfloat16
+                params = [torch.nn.Parameter(torch.randn(n).to(dtype)) for n in (300, 4096, 77)]
+                opt = make([{"params": params[:2]}, {"params": params[2:], "lr": 5e-3}], lr=1e-2, **kw)
+                count = [0]
+                scratch = opt._step_checked
+                opt._step_checked = lambda: (count.__setitem__(0, count[0] + 1), scratch())
+                for k in range(6):
+                    for i, p in enumerate(params):  # new gradients each step, as zero_grad(set_to_none) gives
+                        p.grad = None if (k == 3 and i == 2) else torch.randn(p.shape).to(dtype)
+                    if from_scratch:
+                        opt._plan = None
+                    opt.step()
+                runs.append(snapshot(opt, params))
+                checked.append(count[0])
+            self.assertTrue(same_bits(*runs), make.__name__)
+            # Checked from scratch: the first step, and the two whose gradients differ in presence from the step before.
+            self.assertEqual(checked, [3, 6], make.__name__)
+
+
+class Hooks(unittest.TestCase):
+    def test_step_hooks_and_the_profiler_range(self):
+        p = torch.nn.Parameter(torch.randn(8))
+        opt = halfstep.SGD([p], lr=0.1)
+        seen = []
+        handles = [opt.register_step_pre_hook(lambda o, a, k: seen.append("pre")),
+                   opt.register_step_post_hook(lambda o, a, k: seen.append("post")),
+                   register_optimizer_step_pre_hook(lambda o, a, k: seen.append("global pre")),
+                   register_optimizer_step_post_hook(lambda o, a, k: seen.append("global post"))]
+        p.grad = torch.ones(8)
+        opt.step()
+        self.assertEqual(seen, ["global pre", "pre", "post", "global post"])
+        for h in handles:
+            h.remove()
+        # A pre-hook may replace the arguments: here it supplies a closure, whose loss step returns.
+        h = opt.register_step_pre_hook(lambda o, a, k: ((o,), {"closure": lambda: 7.0}))
+        self.assertEqual(opt.step(), 7.0)
+        h.remove()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            opt.step()
+        self.assertIn("Optimizer.step#SGD.step", [e.name for e in prof.events()])
+        self.assertTrue(getattr(halfstep.SGD.step, "hooked", False))
 
 
 class Hyperparameters(unittest.TestCase):
