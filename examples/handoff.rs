@@ -1,17 +1,17 @@
-//! What entering a rayon pool costs: the fixed price of every group step that goes to a pool
-//! (docs/DESIGN.md, "Parallel driver").
+//! What entering a rayon pool costs: the fixed price of every group step that goes to a rayon
+//! pool, and why the calling thread's pool is a team of halfstep's own instead (docs/DESIGN.md,
+//! "Parallel driver").
 //!
 //! `cargo run --release --example handoff -- [threads]` (default 2). Each call forks two halves
 //! of `w` µs of spinning with `join` (w = 0 and 20), and the time per call is printed for:
 //! - a thread outside the pool, which `install`s the call (what `Threads::pool` and
 //!   `Threads::global` pay when `step` is called from a plain thread: inject the job, wake a
 //!   worker, sleep until it is done);
-//! - a thread that is one of the pool's threads (`Threads::calling_thread_pool`): the `join` runs
+//! - a thread that is one of the pool's threads (rayon's `use_current_thread`): the `join` runs
 //!   here and the other half is stolen by a worker.
 //!
 //! With two threads or more the halves run side by side, so a call ideally takes `w`.
 
-use halfstep::Threads;
 use std::time::{Duration, Instant};
 
 const CALLS: u32 = 5_000;
@@ -39,12 +39,16 @@ fn main() {
         .num_threads(threads)
         .build()
         .unwrap();
-    // The calling thread's own pool, on a thread of its own (a thread joins one pool for life).
+    // A pool the calling thread is one of, on a thread of its own (a thread joins one pool for life).
     let (tx, rx) = std::sync::mpsc::channel::<u64>();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<f64>();
     let member = std::thread::spawn(move || {
         // From here rayon counts this thread as its pool's worker 0: `join` runs in that pool.
-        Threads::calling_thread_pool(threads).unwrap();
+        let _pool = rayon_core::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .use_current_thread()
+            .build()
+            .unwrap();
         for w in rx {
             let t = per_call(|| {
                 rayon_core::join(|| spin(w), || spin(w));

@@ -329,23 +329,22 @@ const char *hs_last_error(void);
 // Free with `hs_threads_free`; passing NULL to a step means the global pool.
 hs_threads *hs_threads_new(uint32_t n);
 
-// The calling thread's own pool: `n` threads of which the calling thread is one (`n == 0`:
-// rayon's default count; at most `HS_MAX_THREADS`). Steps called from this thread then run part
-// of their work on it, without handing the step to the pool and sleeping until it is done, as
-// OpenMP's master thread works in its team. The pool is made on the first call on a thread and
-// lives until the thread exits; later calls on the same thread give new handles to it (free each
-// with `hs_threads_free`). NULL on failure (see `hs_last_error`): the thread's pool has another
-// size, or the thread is already a worker of another pool.
+// A team of `n` threads of which the calling thread is one (`n == 0`: one per CPU; at most
+// `HS_MAX_THREADS`), as an OpenMP team: the thread that calls a step and the `n - 1` team threads
+// take the step's pieces between them; between steps the team threads spin for about 100 µs,
+// then sleep. The team's threads live until the handle is freed
+// (`hs_threads_free`). One step at a time runs on a team: a step called from another thread
+// while one runs does its work on its own thread. NULL on failure (see `hs_last_error`): the
+// threads could not be started.
 hs_threads *hs_threads_calling_thread(uint32_t n);
 
 // Sets the grain of `threads`: steps over groups of at most `elements` elements run on the
 // calling thread alone, larger ones are cut into pieces of at least a quarter of it. It is
 // rounded up to a multiple of 2048 (a LAMB norm block). The default is 65536 for
-// `hs_threads_new`, and 16384 for `hs_threads_calling_thread(n >= 2)`, whose pool pays no
+// `hs_threads_new`, and 16384 for `hs_threads_calling_thread(n >= 2)`, whose team pays no
 // hand-off (both chosen by benchmark: docs/DESIGN.md, "Parallel driver"). Only where work runs changes,
 // never the bits. `HS_NULL_POINTER`, or `HS_INVALID_ARGUMENT` for `elements == 0`; on an error
-// the grain is unchanged. Not while a step on another thread uses the same handle (each
-// `hs_threads_calling_thread` call gives its own handle to the pool, with its own grain).
+// the grain is unchanged. Not while a step on another thread uses the same handle.
 hs_status hs_threads_set_grain(hs_threads *threads,
                                size_t elements);
 

@@ -77,9 +77,7 @@ pub enum Error {
         /// The backend.
         backend: crate::cpu::Backend,
     },
-    /// The calling thread's pool (`Threads::calling_thread_pool`) cannot be had with this many
-    /// threads: the thread already has one of another size, or already works for another pool,
-    /// or the pool's threads could not be started.
+    /// The team of `Threads::calling_thread_pool` could not start its threads.
     CallingThreadPool {
         /// The thread count asked for.
         threads: usize,

@@ -28,8 +28,9 @@
 //! ```
 
 // Unsafe code lives only in `arch` (intrinsics), `kernels` (raw pointers inside the chunk
-// driver), `dispatch` (calling target-feature entry points after detection), `cpu` (CPUID) and
-// `capi` (slices from the caller's checked pointers).
+// driver), `dispatch` (calling target-feature entry points after detection), `cpu` (CPUID),
+// `team` (jobs on the sender's stack, run by another thread) and `capi` (slices from the caller's
+// checked pointers).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -49,6 +50,7 @@ pub mod quant;
 pub mod reference;
 pub mod rng;
 mod storage;
+mod team;
 mod tensors;
 
 pub use cpu::{ALL_BACKENDS, Backend, PREFETCH_ENV, software_prefetch};

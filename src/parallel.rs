@@ -1,30 +1,33 @@
-//! The parallel driver: one step over a parameter group, cut into pieces that rayon's workers
+//! The parallel driver: one step over a parameter group, cut into pieces that a pool's threads
 //! take. Only *where* work runs is decided here; every piece runs the same single-thread kernel
 //! over a sub-range of one tensor, and the bits are a function of the global element index
-//! (SPEC.md §3, §7), so the result is the same on any number of threads.
+//! (SPEC.md §3, §7), so the result is the same on any number of threads. Nothing is allocated.
 //!
-//! How the work is cut (recursively, with `rayon_core::join`, so nothing is allocated):
-//! - a group whose elements add up to at most the grain runs on the calling thread, tensor after
-//!   tensor, without touching the pool (small groups lose more to waking workers than they gain);
-//! - otherwise the target piece size is `max(grain / 4, elements / (4 × pool threads))`: about four
-//!   pieces per thread for load balance, none so small that its fixed cost dominates;
-//! - a list of tensors larger than a piece is halved at the tensor boundary nearest half its
-//!   elements, so small tensors stay together and are batched onto one worker;
-//! - a single tensor larger than a piece is halved at a global element index that is a multiple
-//!   of [`SPLIT_ALIGN`] (a LAMB norm block: a whole number of RNG groups and of cache lines).
+//! A group whose elements add up to at most the grain runs on the calling thread, tensor after
+//! tensor, without touching the pool (small groups lose more to waking workers than they gain).
+//! Larger groups are cut at global element indices that are multiples of [`SPLIT_ALIGN`] (a LAMB
+//! norm block: a whole number of RNG groups and of cache lines):
+//! - on rayon's pools, recursively with `rayon_core::join`, into pieces of at most
+//!   `max(grain / 4, elements / (4 × pool threads))`: a list of tensors larger than a piece is
+//!   halved at the tensor boundary nearest half its elements, so small tensors stay together on one
+//!   worker, and a single tensor larger than a piece is halved at the aligned index nearest its
+//!   middle;
+//! - on a team ([`Threads::calling_thread_pool`], `crate::team`), from the front into pieces of
+//!   about `elements / (4 × members)`, which the members and the calling thread take one at a
+//!   time from a batch on the calling thread's stack.
 //!
-//! Where the caller stands matters for small steps: a thread outside the pool hands the whole
+//! Where the caller stands matters for small steps: a thread outside a rayon pool hands the whole
 //! step over and sleeps until it comes back, microseconds per call (`examples/handoff.rs`;
-//! docs/DESIGN.md, "Parallel driver"). [`Threads::calling_thread_pool`] makes the calling thread
-//! one of the pool's threads instead, as OpenMP's master thread is one of its team.
+//! docs/DESIGN.md, "Parallel driver"); a team has the calling thread as one of its members, as
+//! OpenMP's master thread is one of its team, and its other members spin between steps.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 
 use rayon_core::ThreadPool;
 
 use crate::error::{Error, Result};
 use crate::reference::norm::{NORM_BLOCK, spanned_blocks};
+use crate::team::{Batch, Entered, Team};
 use crate::tensors::Pieces;
 
 /// Pieces are cut at global element indices that are multiples of this: one LAMB norm block,
@@ -54,6 +57,7 @@ enum Pool {
     Current,
     Global,
     Caller(Arc<ThreadPool>),
+    Team(Arc<Team>),
 }
 
 /// Where a step's work runs, and how finely it is cut. The bits never depend on it.
@@ -76,6 +80,7 @@ impl PartialEq for Threads {
             && match (&self.pool, &other.pool) {
                 (Pool::Current, Pool::Current) | (Pool::Global, Pool::Global) => true,
                 (Pool::Caller(a), Pool::Caller(b)) => Arc::ptr_eq(a, b),
+                (Pool::Team(a), Pool::Team(b)) => Arc::ptr_eq(a, b),
                 _ => false,
             }
     }
@@ -106,51 +111,29 @@ impl Threads {
         }
     }
 
-    /// The calling thread's own pool: `threads` threads of which the calling thread is one
-    /// (rayon's `use_current_thread`; `0`: rayon's default count on the first call, whatever
-    /// the thread's pool has on later ones). A step called from this
-    /// thread runs its share of the work here, with no hand-off to the pool and no sleep while
-    /// waiting for it; the other `threads - 1` threads are started on the first call.
-    ///
-    /// rayon lets a thread belong to one pool for its lifetime, so the pool is made once per
-    /// thread and kept until the thread exits: later calls on the same thread return the same
-    /// pool, and fail if `threads` differs ([`Error::CallingThreadPool`]), as they do on a thread
-    /// that already works for another rayon pool. Steps called from other threads still run on
-    /// it (handing off, like [`Threads::pool`]), and `Threads::global()` steps called on this
-    /// thread run on this pool too, since rayon now counts the thread as one of its workers.
+    /// A team of `threads` threads of which the calling thread is one (`0`: one per CPU, as
+    /// `std::thread::available_parallelism` counts them), in the manner of an OpenMP team: the
+    /// `threads - 1` others are started here and live as long as the returned value and its
+    /// clones. The thread that calls a step and the other members take the step's pieces between
+    /// them; between steps the members spin for 100 µs (`team::SPIN`) before they park, so steps called one after another pay no wake-up. One step runs on a team at a
+    /// time: a step called from another thread while the team is busy runs on that thread alone.
     /// None of this changes the bits.
     ///
-    /// The grain is [`calling_thread_grain`] of the pool's size.
+    /// The grain is [`calling_thread_grain`] of the team's size; every share is at least a quarter
+    /// of it, so small groups use fewer members.
     pub fn calling_thread_pool(threads: usize) -> Result<Threads> {
-        thread_local! {
-            static POOL: RefCell<Option<Arc<ThreadPool>>> = const { RefCell::new(None) };
-        }
-        let fail = |reason: String| Error::CallingThreadPool { threads, reason };
-        POOL.with(|cell| {
-            let mut cell = cell.borrow_mut();
-            if let Some(p) = &*cell {
-                if threads != 0 && p.current_num_threads() != threads {
-                    return Err(fail(format!(
-                        "this thread's pool has {} threads",
-                        p.current_num_threads()
-                    )));
-                }
-                return Ok(Threads::calling(p.clone()));
-            }
-            let pool = rayon_core::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .use_current_thread()
-                .build()
-                .map_err(|e| fail(e.to_string()))?;
-            let pool = Arc::new(pool);
-            *cell = Some(pool.clone());
-            Ok(Threads::calling(pool))
+        let n = match threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let team = Team::new(n).map_err(|e| Error::CallingThreadPool {
+            threads,
+            reason: e.to_string(),
+        })?;
+        Ok(Threads {
+            pool: Pool::Team(Arc::new(team)),
+            grain: calling_thread_grain(n),
         })
-    }
-
-    fn calling(pool: Arc<ThreadPool>) -> Threads {
-        let grain = calling_thread_grain(pool.current_num_threads());
-        Threads::pool(pool).with_grain(grain)
     }
 
     /// The same pool with another grain (elements; rounded up to a multiple of [`SPLIT_ALIGN`]):
@@ -173,25 +156,75 @@ impl Threads {
         self.grain
     }
 
-    /// Runs `f` with the piece size to cut at: `None` (do not fork) on the calling thread for
-    /// [`Threads::current`] or a group within one grain, else inside the pool.
-    pub(crate) fn run<R: Send>(
-        &self,
-        elements: usize,
-        f: impl FnOnce(Option<usize>) -> R + Send,
-    ) -> R {
+    /// Runs `f` with how to cut the work: [`Split::Serial`] for [`Threads::current`] or a group
+    /// within one grain, else the pool's way.
+    pub(crate) fn run<R: Send>(&self, elements: usize, f: impl FnOnce(Split<'_>) -> R + Send) -> R {
         if elements <= self.grain {
-            return f(None);
+            return f(Split::Serial);
         }
         let piece = |threads: usize| {
             let p = (self.grain / 4).max(elements.div_ceil(4 * threads.max(1)));
-            Some(p.div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN)
+            p.div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN
         };
         match &self.pool {
-            Pool::Current => f(None),
+            Pool::Current => f(Split::Serial),
             // `join` from outside a pool runs in the global one.
-            Pool::Global => f(piece(rayon_core::current_num_threads())),
-            Pool::Caller(p) => p.install(|| f(piece(p.current_num_threads()))),
+            Pool::Global => f(Split::Rayon {
+                piece: piece(rayon_core::current_num_threads()),
+            }),
+            Pool::Caller(p) => p.install(|| {
+                f(Split::Rayon {
+                    piece: piece(p.current_num_threads()),
+                })
+            }),
+            Pool::Team(team) => match team.enter() {
+                Some(entered) => f(Split::Team {
+                    team: &entered,
+                    min: (self.grain / 4).div_ceil(SPLIT_ALIGN).max(1) * SPLIT_ALIGN,
+                }),
+                // Another thread is stepping on this team: this step runs here, same bits.
+                None => f(Split::Serial),
+            },
+        }
+    }
+}
+
+/// How a step's work is cut, and where the pieces run.
+#[derive(Clone, Copy)]
+pub(crate) enum Split<'t> {
+    /// Everything on the calling thread, tensor after tensor.
+    Serial,
+    /// Halves handed to rayon's `join` down to pieces of at most `piece` elements.
+    Rayon { piece: usize },
+    /// About four pieces per member of the team, taken by whichever member is free; members take
+    /// part only while each has at least `min` elements.
+    Team { team: &'t Entered<'t>, min: usize },
+}
+
+impl Split<'_> {
+    /// Whether a list of tensors of `total` elements is cut (rayon).
+    fn cuts_list(&self, total: usize) -> bool {
+        match *self {
+            Split::Rayon { piece } => total > piece,
+            Split::Serial | Split::Team { .. } => false,
+        }
+    }
+
+    /// Whether a tensor of `len` elements is cut in two (rayon).
+    fn cuts_tensor(&self, len: usize) -> bool {
+        self.cuts_list(len)
+    }
+
+    /// Runs `fa` here and `fb` beside it (rayon), or one after the other.
+    fn join(self, fa: impl FnOnce() + Send, fb: impl FnOnce() + Send) {
+        match self {
+            Split::Rayon { .. } => {
+                rayon_core::join(fa, fb);
+            }
+            Split::Serial | Split::Team { .. } => {
+                fa();
+                fb();
+            }
         }
     }
 }
@@ -264,21 +297,70 @@ pub(crate) fn for_group<C: Pieces, S: Side, L: Leaf<C, S>>(
     leaf: &L,
 ) {
     let total: usize = ts.iter().map(C::tensor_len).sum();
-    threads.run(total, |piece| for_pieces::<C, S, L>(piece, ts, side, leaf));
+    threads.run(total, |split| for_pieces::<C, S, L>(split, ts, side, leaf));
 }
 
-/// [`for_group`] inside a [`Threads::run`] the caller already holds (`piece` as it hands out), so
-/// that several passes over one group enter the pool once.
+/// [`for_group`] inside a [`Threads::run`] the caller already holds (`split` as it hands out),
+/// so that several passes over one group enter the pool once.
 pub(crate) fn for_pieces<C: Pieces, S: Side, L: Leaf<C, S>>(
-    piece: Option<usize>,
+    split: Split<'_>,
     ts: &mut [C::Tensor<'_>],
     side: S,
     leaf: &L,
 ) {
-    match piece {
-        Some(piece) => list::<C, S, L>(ts, side, leaf, true, piece),
-        None => list::<C, S, L>(ts, side, leaf, false, usize::MAX),
+    match split {
+        Split::Team { team, min } => team_pieces::<C, S, L>(team, min, ts, side, leaf),
+        _ => list::<C, S, L>(ts, side, leaf, split),
     }
+}
+
+/// Pieces a team takes at most at once: four per member of a 16-thread team. A group cut into
+/// more (a larger team, or many small tensors) is run in several rounds.
+const TEAM_BATCH: usize = 64;
+
+/// [`for_pieces`] on a team: the group cut from the front into pieces of about
+/// `elements / (4 × members)` (at [`SPLIT_ALIGN`] boundaries, tensors never joined), which the
+/// members take one at a time.
+fn team_pieces<'a, C: Pieces, S: Side, L: Leaf<C, S>>(
+    team: &Entered<'_>,
+    min: usize,
+    ts: &'a mut [C::Tensor<'_>],
+    side: S,
+    leaf: &L,
+) {
+    let total: usize = ts.iter().map(C::tensor_len).sum();
+    let members = team.size().min(total / min.max(1));
+    if members <= 1 {
+        return list::<C, S, L>(ts, side, leaf, Split::Serial);
+    }
+    let piece = total.div_ceil(4 * members).div_ceil(SPLIT_ALIGN).max(1) * SPLIT_ALIGN;
+    let align = SPLIT_ALIGN as u64;
+    let run = |(t, s): (C::Tensor<'a>, S)| leaf.run(t, s);
+    let mut batch = Batch::<(C::Tensor<'a>, S), TEAM_BATCH>::new();
+    let mut side = side;
+    for t in ts.iter_mut() {
+        let (mut mine, rest) = side.cut(C::tensor_len(t), tensor_blocks::<C>(t), Some(1));
+        side = rest;
+        let mut t = C::reborrow(t);
+        loop {
+            if batch.is_full() {
+                team.drain(members - 1, &mut batch, &run);
+            }
+            let (len, base) = (C::tensor_len(&t), C::tensor_base(&t));
+            // The first aligned global index at least `piece` past the start.
+            let cut = (base + piece as u64).div_ceil(align) * align;
+            if cut >= base + len as u64 {
+                batch.push((t, mine));
+                break;
+            }
+            let mid = (cut - base) as usize;
+            let (sa, sb) = mine.cut(mid, spanned_blocks(base, mid), None);
+            let (a, b) = C::split_at(t, mid);
+            batch.push((a, sa));
+            (t, mine) = (b, sb);
+        }
+    }
+    team.drain(members - 1, &mut batch, &run);
 }
 
 fn tensor_blocks<C: Pieces>(t: &C::Tensor<'_>) -> usize {
@@ -289,21 +371,16 @@ fn list<C: Pieces, S: Side, L: Leaf<C, S>>(
     ts: &mut [C::Tensor<'_>],
     side: S,
     leaf: &L,
-    parallel: bool,
-    piece: usize,
+    split: Split<'_>,
 ) {
     let total: usize = ts.iter().map(C::tensor_len).sum();
-    if !parallel || total <= piece || ts.len() <= 1 {
-        // One tensor: maybe cut it; several within one grain: one after the other, here.
+    if ts.len() <= 1 || !split.cuts_list(total) {
+        // One tensor, or several not worth cutting between: one after the other, each maybe cut.
         let mut side = side;
         for t in ts.iter_mut() {
             let (mine, rest) = side.cut(C::tensor_len(t), tensor_blocks::<C>(t), Some(1));
             side = rest;
-            if parallel {
-                range::<C, S, L>(C::reborrow(t), mine, leaf, piece);
-            } else {
-                leaf.run(C::reborrow(t), mine);
-            }
+            range::<C, S, L>(C::reborrow(t), mine, leaf, split);
         }
         return;
     }
@@ -319,28 +396,32 @@ fn list<C: Pieces, S: Side, L: Leaf<C, S>>(
     let left_elements = ts[..k].iter().map(C::tensor_len).sum();
     let (sa, sb) = side.cut(left_elements, left_blocks, Some(k));
     let (a, b) = ts.split_at_mut(k);
-    rayon_core::join(
-        || list::<C, S, L>(a, sa, leaf, true, piece),
-        || list::<C, S, L>(b, sb, leaf, true, piece),
+    split.join(
+        || list::<C, S, L>(a, sa, leaf, split),
+        || list::<C, S, L>(b, sb, leaf, split),
     );
 }
 
-fn range<C: Pieces, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, piece: usize) {
+fn range<C: Pieces, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, split: Split<'_>) {
     let (len, base) = (C::tensor_len(&t), C::tensor_base(&t));
+    if !split.cuts_tensor(len) {
+        leaf.run(t, side);
+        return;
+    }
     // The aligned global index nearest the middle, strictly inside the range.
     let align = SPLIT_ALIGN as u64;
     let mid_e = (base + len as u64 / 2) / align * align;
     let mid_e = if mid_e <= base { mid_e + align } else { mid_e };
-    if len <= piece || mid_e >= base + len as u64 {
+    if mid_e >= base + len as u64 {
         leaf.run(t, side);
         return;
     }
     let mid = (mid_e - base) as usize;
     let (sa, sb) = side.cut(mid, spanned_blocks(base, mid), None);
     let (a, b) = C::split_at(t, mid);
-    rayon_core::join(
-        || range::<C, S, L>(a, sa, leaf, piece),
-        || range::<C, S, L>(b, sb, leaf, piece),
+    split.join(
+        || range::<C, S, L>(a, sa, leaf, split),
+        || range::<C, S, L>(b, sb, leaf, split),
     );
 }
 

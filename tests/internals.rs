@@ -19,6 +19,11 @@ fn block_counts() {
 }
 
 #[test]
+fn team_hand_out() {
+    internals::team_hand_out();
+}
+
+#[test]
 fn grain_is_rounded_to_the_split_alignment() {
     use halfstep::{DEFAULT_GRAIN, SPLIT_ALIGN, Threads};
     assert_eq!(Threads::current().with_grain(1).grain(), SPLIT_ALIGN);

@@ -1,15 +1,15 @@
-//! Thread-count invariance: a group step gives the same bits on 1, 2, 3, 4, 7 and 16 threads (and
-//! on the calling thread, and on rayon's global pool), for every backend and optimizer, and the
-//! same bits as stepping each tensor alone. With the finest grain, pools of several threads cut
-//! the larger tensors at many 2048-element boundaries (pieces of about elements / (4 × threads)).
+//! Thread-count invariance: a group step gives the same bits on 1, 2, 3, 4, 7 and 16 threads (rayon
+//! pools and teams, and on the calling thread, and on rayon's global pool), for every backend and
+//! optimizer, and the same bits as stepping each tensor alone. With the finest grain, pools of
+//! several threads cut the larger tensors at many 2048-element boundaries (pieces of about
+//! elements / (4 × threads)), and teams give each member a share of at least 2048 elements.
 
 mod common;
 use common::rng;
 use halfstep::fuzzing::{Case, Kinds, OptimizerStep, TensorData};
 use halfstep::{
-    AdagradConfig, AdamConfig, Backend, Engine, Error, LambConfig, LambTensor, LambWorkspace,
-    Optimizer, Replica, SPLIT_ALIGN, SgdConfig, StepContext, TensorStream, Threads,
-    calling_thread_grain,
+    AdagradConfig, AdamConfig, Backend, Engine, LambConfig, LambTensor, LambWorkspace, Optimizer,
+    Replica, SPLIT_ALIGN, SgdConfig, StepContext, TensorStream, Threads, calling_thread_grain,
 };
 use rand_core::Rng;
 use std::sync::Arc;
@@ -46,6 +46,9 @@ fn thread_setups() -> Vec<(String, Threads)> {
             format!("{n} threads, grain 3 x {SPLIT_ALIGN}"),
             Threads::pool(p).with_grain(3 * SPLIT_ALIGN),
         ));
+        let team = Threads::calling_thread_pool(n).unwrap();
+        v.push((format!("team of {n}"), team.clone()));
+        v.push((format!("team of {n}, finest grain"), team.with_grain(1)));
     }
     v
 }
@@ -190,48 +193,31 @@ fn group_steps_are_identical_on_every_thread_count_and_to_single_tensor_steps() 
 }
 
 #[test]
-fn calling_thread_pools_give_the_same_bits_and_are_one_per_thread() {
+fn calling_thread_pools_give_the_same_bits_from_any_thread() {
     let cases = oracle();
-    // rayon lets a thread join one pool for its lifetime: a fresh thread per size.
+    let threads = Threads::calling_thread_pool(3).unwrap();
+    assert_eq!(threads.grain(), calling_thread_grain(3));
+    assert_eq!(threads, threads.clone());
+    assert_ne!(
+        Threads::calling_thread_pool(3).unwrap(),
+        threads,
+        "a new team each call"
+    );
+    // From a worker of a rayon pool, and from a plain thread other than the one that made it.
+    pool(2).install(|| assert_groups_match(&cases, "a team from a rayon worker", &threads));
     std::thread::scope(|s| {
-        for n in POOL_SIZES {
-            let cases = &cases;
-            s.spawn(move || {
-                let threads = Threads::calling_thread_pool(n).unwrap();
-                assert_eq!(
-                    rayon_core::current_thread_index(),
-                    Some(0),
-                    "not in its pool"
-                );
-                assert_eq!(threads.grain(), calling_thread_grain(n));
-                assert_eq!(Threads::calling_thread_pool(n).unwrap(), threads);
-                assert_eq!(Threads::calling_thread_pool(0).unwrap(), threads);
-                let other = n % 7 + 2;
-                assert!(matches!(
-                    Threads::calling_thread_pool(other),
-                    Err(Error::CallingThreadPool { threads: t, .. }) if t == other
-                ));
-                let name = format!("the calling thread's pool of {n}");
-                assert_groups_match(
-                    cases,
-                    &format!("{name}, finest grain"),
-                    &threads.clone().with_grain(1),
-                );
-                assert_groups_match(cases, &name, &threads);
-                // rayon now counts this thread as one of the pool's: global steps run there.
-                assert_groups_match(
-                    cases,
-                    &format!("global, from {name}"),
-                    &Threads::global().with_grain(1),
-                );
-            });
-        }
+        s.spawn(|| {
+            assert_groups_match(
+                &cases,
+                "a team from another thread",
+                &threads.clone().with_grain(1),
+            )
+        });
     });
-    // A worker of another pool cannot join one of its own.
-    let refused = pool(2).install(|| Threads::calling_thread_pool(2));
-    assert!(
-        matches!(refused, Err(Error::CallingThreadPool { threads: 2, .. })),
-        "{refused:?}"
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(
+        Threads::calling_thread_pool(0).unwrap().grain(),
+        calling_thread_grain(n)
     );
 }
 
@@ -273,7 +259,29 @@ fn optimizer_runs_agree_across_pools_over_several_steps() {
             one,
             "{n} threads"
         );
+        assert_eq!(
+            run(Threads::calling_thread_pool(n).unwrap().with_grain(1)),
+            one,
+            "team of {n}"
+        );
     }
+}
+
+#[test]
+fn a_team_stepped_from_several_threads_at_once_gives_the_same_bits() {
+    // One step holds the team; a step called meanwhile from another thread runs on that thread.
+    let cases = oracle();
+    let team = Threads::calling_thread_pool(4).unwrap().with_grain(1);
+    std::thread::scope(|s| {
+        for k in 0..3 {
+            let (cases, team) = (&cases, &team);
+            s.spawn(move || {
+                for _ in 0..4 {
+                    assert_groups_match(cases, &format!("team of 4, caller {k}"), team);
+                }
+            });
+        }
+    });
 }
 
 #[test]

@@ -18,9 +18,9 @@ default every buffer starts a page after the end of the one before, each side on
 states (`--alloc arena`); `--alloc arena --gap 64` reproduces the heap's layout, `--alloc torch` lets
 torch place each tensor, `--page-offsets` places each buffer in a page, `--show-offsets` prints them.
 
-halfstep's pools have the calling thread in them (hs_threads_calling_thread), as OpenMP's team has
-its master; a thread's pool keeps its size, so with more than one count above 1 each count runs in a
-process of its own (its own table; `--json FILE` then writes FILE.<threads>). `--grains` times one
+halfstep's teams have the calling thread in them (hs_threads_calling_thread), as OpenMP's team has
+its master; OpenMP reads its thread count at start-up, so with more than one count above 1 each count
+runs in a process of its own (its own table; `--json FILE` then writes FILE.<threads>). `--grains` times one
 halfstep row per grain of that pool (hs_threads_set_grain), all against the same peer batches.
 
 halfstep's overhead per call through ctypes (printed: ~3 us on a Zen 1 VM, against ~0.2 us for the
@@ -188,8 +188,8 @@ def main():
         layout = (a.alloc, a.gap)
     pooled = [t for t in a.threads if t > 1]
     if len(pooled) > 1:
-        # A thread's own pool has one size for the thread's life (hs_threads_calling_thread): one
-        # process per thread count above 1, each with its own table.
+        # OpenMP's team keeps the size it started with: one process per thread count above 1, each
+        # with its own table.
         for t in a.threads:
             args = [x for x in sys.argv[1:]]
             i = args.index("--threads")

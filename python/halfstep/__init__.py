@@ -16,9 +16,10 @@ its own (keyword-only):
 - ``seed``: the run's seed (0 <= seed < 2**64), saved in ``state_dict()``.
 - ``replica``: None (every replica rounds with the same bits, so data-parallel replicas stay
   identical) or 0..65534 (this replica's own bits).
-- ``threads``: None (each step runs on halfstep's global thread pool) or n >= 1 (the stepping
-  thread's own pool of n threads, itself one of them; 1 keeps every step on the stepping thread).
-  Threads never change a bit.
+- ``threads``: None (each step runs on halfstep's global thread pool) or n >= 1 (a team of n
+  threads of the optimizer's own, the stepping thread one of them, whose other threads spin briefly
+  between steps, as an OpenMP team does; 1 keeps every step on the stepping thread). Threads never
+  change a bit.
 
 The random bits are a function of (seed, the parameter's step, the parameter's index among all
 the optimizer's parameters, the element, replica). Each parameter keeps its own step count in

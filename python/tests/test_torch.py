@@ -111,7 +111,8 @@ class Bf16Rounding(unittest.TestCase):
 
 class Threads(unittest.TestCase):
     """`threads` moves work between threads, never bits: the global pool, the stepping thread alone
-    and the stepping thread's own pool of 2 give the same parameters and states."""
+    and teams of 2 and 3 (each optimizer its own, made on this thread) give the same parameters and
+    states."""
 
     def test_every_threads_setting_gives_the_same_bits(self):
         def bits(t):  # bf16 as its 16-bit patterns
@@ -128,7 +129,7 @@ class Threads(unittest.TestCase):
         }
         for name, make in makers.items():
             results = []
-            for threads in (None, 1, 2):
+            for threads in (None, 1, 2, 3):
                 torch.manual_seed(4)
                 model = torch.nn.Sequential(torch.nn.Linear(512, 256), torch.nn.Linear(256, 512)).to(torch.bfloat16)
                 opt = make(model.parameters(), threads)
@@ -143,12 +144,6 @@ class Threads(unittest.TestCase):
                     self.assertTrue(torch.equal(bits(a), bits(b)), name)
         with self.assertRaises(ValueError):
             halfstep.SGD(mlp().parameters(), threads=0)
-        # This thread's pool has 2 threads now: another size is refused on the first step.
-        model = mlp()
-        opt = halfstep.SGD(model.parameters(), threads=3)
-        train(model, halfstep.SGD(model.parameters(), threads=2), 1, *data())
-        with self.assertRaisesRegex(ValueError, "threads=3"):
-            train(model, opt, 1, *data())
 
 
 class StateDict(unittest.TestCase):

@@ -280,4 +280,9 @@ pub mod internals {
     pub fn block_counts() {
         crate::parallel::checks::block_counts();
     }
+
+    /// A team hands every piece of a step to exactly one member, and passes panics back.
+    pub fn team_hand_out() {
+        crate::team::checks::every_item_once_and_panics_reach_the_caller();
+    }
 }

@@ -158,9 +158,9 @@ impl Step for LambConfig {
         let ratios = &mut ws.lr_ratios[..n];
         // Both passes inside one entry into the pool: a second entry would pay the hand-off to
         // the workers and the wait for them again (~20 µs each on the 2-core VM).
-        threads.run(elements, |piece| {
+        threads.run(elements, |split| {
             let side = (&mut *sums, kept.as_deref_mut());
-            parallel::for_pieces::<LambConfig, _, _>(piece, tensors, side, &pass1);
+            parallel::for_pieces::<LambConfig, _, _>(split, tensors, side, &pass1);
             let mut rest = &sums[..];
             for (t, r) in tensors.iter().zip(&mut *ratios) {
                 let (mine, tail) = rest.split_at(spanned_blocks(t.stream.index_base, t.len()));
@@ -170,7 +170,7 @@ impl Step for LambConfig {
                 rest = tail;
             }
             let side = (&*ratios, kept);
-            parallel::for_pieces::<LambConfig, _, _>(piece, tensors, side, &pass2);
+            parallel::for_pieces::<LambConfig, _, _>(split, tensors, side, &pass2);
         });
     }
 }

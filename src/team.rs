@@ -1,0 +1,355 @@
+//! A team of threads in the manner of an OpenMP team: the thread that steps is member 0, the
+//! others are threads of the team's own that wait for work spinning, then parked. A step's pieces
+//! go into a [`Batch`] on the stepping thread's stack; the stepping thread hands a pointer to one
+//! job (on its stack too) to the members it wants through their mailboxes, and every one of them,
+//! itself included, takes pieces off the batch until none is left (so a slow core takes fewer),
+//! then says it is done. Nothing is allocated per step.
+//!
+//! Why not rayon's pool for this: a rayon worker that finds no work sleeps after a few dozen
+//! rounds of looking, and a step that then forks wakes the workers one `join` at a time, each
+//! wake-up a futex round trip. Between two steps of a training loop that is every step; an
+//! OpenMP team spins first (docs/DESIGN.md, "Parallel driver").
+
+#![allow(unsafe_code)]
+
+use std::any::Any;
+use std::mem::MaybeUninit;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::{self, JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+/// How long an idle member spins on its mailbox before it parks: longer than the gap between two
+/// calls of a loop that steps parameter groups one after another, shorter than a forward pass.
+pub const SPIN: Duration = Duration::from_micros(100);
+
+/// A job on its sender's stack; `execute` is the first field, so a pointer to the header is a
+/// pointer to the job.
+#[repr(C)]
+struct Header {
+    execute: unsafe fn(*const Header),
+}
+
+/// One closure run by the sender and by `pending` members at once.
+#[repr(C)]
+struct SharedJob<'f, F> {
+    header: Header,
+    f: &'f F,
+    pending: AtomicUsize,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl<F: Fn() + Sync> SharedJob<'_, F> {
+    /// Runs the job on a receiving member.
+    ///
+    /// Safety: `this` points to a live `SharedJob<F>` whose sender waits for `pending` to reach
+    /// zero before it goes out of scope; after the decrement this function touches nothing of it.
+    unsafe fn execute(this: *const Header) {
+        // SAFETY: the caller's contract; the header is the first field of a `repr(C)` job.
+        let job = unsafe { &*(this as *const Self) };
+        if let Err(p) = catch_unwind(AssertUnwindSafe(job.f)) {
+            let mut slot = job.panic.lock().unwrap_or_else(|e| e.into_inner());
+            slot.get_or_insert(p);
+        }
+        job.pending.fetch_sub(1, Ordering::Release);
+    }
+}
+
+struct Member {
+    mailbox: AtomicPtr<Header>,
+    thread: OnceLock<Thread>,
+}
+
+struct Shared {
+    /// Index 0 is the stepping thread's place and is never sent to.
+    members: Box<[Member]>,
+    shutdown: AtomicBool,
+}
+
+/// A team of `size()` threads: the calling thread and `size() - 1` of its own.
+pub struct Team {
+    shared: Arc<Shared>,
+    handles: Vec<JoinHandle<()>>,
+    /// One step on the team at a time; a second caller steps on its own thread instead.
+    busy: Mutex<()>,
+}
+
+impl std::fmt::Debug for Team {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Team").field("size", &self.size()).finish()
+    }
+}
+
+impl Team {
+    /// A team of `size` threads (at least 1), starting `size - 1` threads.
+    pub fn new(size: usize) -> std::io::Result<Team> {
+        let size = size.max(1);
+        let shared = Arc::new(Shared {
+            members: (0..size)
+                .map(|_| Member {
+                    mailbox: AtomicPtr::new(ptr::null_mut()),
+                    thread: OnceLock::new(),
+                })
+                .collect(),
+            shutdown: AtomicBool::new(false),
+        });
+        let mut team = Team {
+            shared,
+            handles: Vec::with_capacity(size - 1),
+            busy: Mutex::new(()),
+        };
+        for index in 1..size {
+            let shared = team.shared.clone();
+            // On failure `team` drops here, which stops the members already started.
+            let handle = thread::Builder::new()
+                .name(format!("halfstep-team-{index}"))
+                // The main thread's size: an unoptimised build's kernels need more than the
+                // default 2 MiB (README).
+                .stack_size(8 << 20)
+                .spawn(move || wait_for_work(&shared, index))?;
+            let _ = team.shared.members[index]
+                .thread
+                .set(handle.thread().clone());
+            team.handles.push(handle);
+        }
+        Ok(team)
+    }
+
+    /// The number of threads, the caller included.
+    pub fn size(&self) -> usize {
+        self.shared.members.len()
+    }
+
+    /// The team for one step, or `None` while another thread steps on it.
+    pub(crate) fn enter(&self) -> Option<Entered<'_>> {
+        let guard = match self.busy.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(Entered {
+            shared: &self.shared,
+            _guard: guard,
+        })
+    }
+}
+
+impl Drop for Team {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        for m in &self.shared.members[1..] {
+            if let Some(t) = m.thread.get() {
+                t.unpark();
+            }
+        }
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The team held by one step.
+pub(crate) struct Entered<'t> {
+    shared: &'t Shared,
+    _guard: MutexGuard<'t, ()>,
+}
+
+impl Entered<'_> {
+    /// The number of members, the caller included.
+    pub(crate) fn size(&self) -> usize {
+        self.shared.members.len()
+    }
+
+    /// Runs `f` on this thread and on `helpers` other members (at most `size() - 1`) at once;
+    /// returns when every run has returned. A panic in any is resumed here after all are done.
+    pub(crate) fn broadcast<F: Fn() + Sync>(&self, helpers: usize, f: &F) {
+        let helpers = helpers.min(self.size() - 1);
+        let job = SharedJob {
+            header: Header {
+                execute: SharedJob::<F>::execute,
+            },
+            f,
+            pending: AtomicUsize::new(helpers),
+            panic: Mutex::new(None),
+        };
+        // From the whole job, not its first field: the members read all of it.
+        let header = &job as *const SharedJob<F> as *mut Header;
+        for member in &self.shared.members[1..=helpers] {
+            member.mailbox.store(header, Ordering::Release);
+            if let Some(t) = member.thread.get() {
+                t.unpark();
+            }
+        }
+        let ran = catch_unwind(AssertUnwindSafe(f));
+        // `job` lives on this stack: wait for every member whatever `f` did here.
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while job.pending.load(Ordering::Acquire) != 0 {
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(64) || start.elapsed() < SPIN {
+                std::hint::spin_loop();
+            } else {
+                thread::yield_now();
+            }
+        }
+        if let Err(p) = ran {
+            resume_unwind(p);
+        }
+        if let Some(p) = job.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            resume_unwind(p);
+        }
+    }
+
+    /// Runs `f` on every item of `batch`, each once, on this thread and `helpers` members, and
+    /// empties it.
+    pub(crate) fn drain<T: Send, const N: usize>(
+        &self,
+        helpers: usize,
+        batch: &mut Batch<T, N>,
+        f: &(impl Fn(T) + Sync),
+    ) {
+        let len = std::mem::replace(&mut batch.len, 0);
+        let items = Items(batch.items.as_ptr());
+        let next = AtomicUsize::new(0);
+        self.broadcast(helpers.min(len.saturating_sub(1)), &|| {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= len {
+                    break;
+                }
+                // SAFETY: items `..len` were written by `push`, and each index is taken once.
+                f(unsafe { items.take(i) });
+            }
+        });
+    }
+}
+
+/// Up to `N` items on the stack, for [`Entered::drain`].
+pub(crate) struct Batch<T, const N: usize> {
+    items: [MaybeUninit<T>; N],
+    len: usize,
+}
+
+impl<T, const N: usize> Batch<T, N> {
+    pub(crate) fn new() -> Self {
+        Batch {
+            items: [const { MaybeUninit::uninit() }; N],
+            len: 0,
+        }
+    }
+
+    /// Whether there is no room for another item.
+    pub(crate) fn is_full(&self) -> bool {
+        self.len == N
+    }
+
+    /// Adds `item`; the batch must not be full.
+    pub(crate) fn push(&mut self, item: T) {
+        assert!(self.len < N, "batch full");
+        self.items[self.len].write(item);
+        self.len += 1;
+    }
+}
+
+/// The items of a batch being drained, shared by the members that take them.
+struct Items<T>(*const MaybeUninit<T>);
+
+// SAFETY: each item is moved out by exactly one thread (the index comes from one counter), and
+// `T: Send`.
+unsafe impl<T: Send> Sync for Items<T> {}
+
+impl<T> Items<T> {
+    /// Safety: item `i` was written and is taken only once.
+    unsafe fn take(&self, i: usize) -> T {
+        // SAFETY: the caller's contract.
+        unsafe { (*self.0.add(i)).assume_init_read() }
+    }
+}
+
+/// A member's life: take a job from the mailbox, run it, wait for the next; spin for [`SPIN`]
+/// after each job, then park until a sender unparks it.
+fn wait_for_work(shared: &Shared, index: usize) {
+    let mailbox = &shared.members[index].mailbox;
+    loop {
+        let mut idle_since: Option<Instant> = None;
+        let mut spins = 0u32;
+        let job = loop {
+            let j = mailbox.swap(ptr::null_mut(), Ordering::Acquire);
+            if !j.is_null() {
+                break j;
+            }
+            if shared.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(64) {
+                std::hint::spin_loop();
+                continue;
+            }
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < SPIN {
+                std::hint::spin_loop();
+            } else {
+                // Returns at the sender's `unpark` (or spuriously); an `unpark` that came first
+                // makes it return at once.
+                thread::park();
+            }
+        };
+        // SAFETY: a sender stores a pointer to a live job and waits for its `done` before the job
+        // goes out of scope.
+        unsafe { ((*job).execute)(job) };
+    }
+}
+
+/// Checks of the hand-out, run by `tests/internals.rs` (and Miri, which checks the unsafe code).
+#[cfg(feature = "fuzzing")]
+pub(crate) mod checks {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    /// Every item of a batch is taken exactly once, by any member, at every batch length; a panic
+    /// in one member reaches the caller after the others are done, and the team steps on.
+    pub(crate) fn every_item_once_and_panics_reach_the_caller() {
+        let team = Team::new(4).unwrap();
+        let entered = team.enter().unwrap();
+        assert!(
+            team.enter().is_none(),
+            "a second step while one holds the team"
+        );
+        for len in [0, 1, 2, 5, 16] {
+            let seen: Vec<AtomicU32> = (0..16).map(|_| AtomicU32::new(0)).collect();
+            let mut batch = Batch::<usize, 16>::new();
+            for i in 0..len {
+                batch.push(i);
+            }
+            assert_eq!(batch.is_full(), len == 16);
+            entered.drain(3, &mut batch, &|i| {
+                seen[i].fetch_add(1, Ordering::Relaxed);
+            });
+            let counts: Vec<u32> = seen.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+            assert!(counts[..len].iter().all(|&c| c == 1), "{len}: {counts:?}");
+            assert!(counts[len..].iter().all(|&c| c == 0), "{len}: {counts:?}");
+        }
+        let mut batch = Batch::<usize, 16>::new();
+        for i in 0..8 {
+            batch.push(i);
+        }
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            entered.drain(3, &mut batch, &|i| assert_ne!(i, 5, "item 5"));
+        }));
+        assert!(caught.is_err(), "the panic of item 5 was lost");
+        let ran = AtomicU32::new(0);
+        entered.broadcast(3, &|| {
+            ran.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(
+            ran.load(Ordering::Relaxed),
+            4,
+            "the caller and three members"
+        );
+        drop(entered);
+        assert!(team.enter().is_some());
+    }
+}
