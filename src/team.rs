@@ -162,8 +162,12 @@ impl Entered<'_> {
         self.shared.members.len()
     }
 
-    /// Runs `f` on this thread and on `helpers` other members (at most `size() - 1`) at once;
-    /// returns when every run has returned. A panic in any is resumed here after all are done.
+    /// Runs `f` on this thread and on up to `helpers` other members (at most `size() - 1`) at
+    /// once: on those that take the job before this thread's own run of `f` returns; the job is
+    /// taken back from the others' mailboxes, so a member that the system has not run meanwhile
+    /// does not hold the step (`f` must leave nothing undone for them: [`Entered::drain`]'s
+    /// does not). Returns when every run has returned. A panic in any is resumed here after all
+    /// are done.
     pub(crate) fn broadcast<F: Fn() + Sync>(&self, helpers: usize, f: &F) {
         let helpers = helpers.min(self.size() - 1);
         let job = SharedJob {
@@ -183,7 +187,22 @@ impl Entered<'_> {
             }
         }
         let ran = catch_unwind(AssertUnwindSafe(f));
-        // `job` lives on this stack: wait for every member whatever `f` did here.
+        for member in &self.shared.members[1..=helpers] {
+            // Exactly one of this and the member's `swap` gets the pointer.
+            if member
+                .mailbox
+                .compare_exchange(
+                    header,
+                    ptr::null_mut(),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                job.pending.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        // `job` lives on this stack: wait for every member that took it, whatever `f` did here.
         let start = Instant::now();
         let mut spins = 0u32;
         while job.pending.load(Ordering::Acquire) != 0 {
@@ -344,10 +363,10 @@ pub(crate) mod checks {
         entered.broadcast(3, &|| {
             ran.fetch_add(1, Ordering::Relaxed);
         });
-        assert_eq!(
-            ran.load(Ordering::Relaxed),
-            4,
-            "the caller and three members"
+        let ran = ran.load(Ordering::Relaxed);
+        assert!(
+            (1..=4).contains(&ran),
+            "the caller and up to three members: {ran}"
         );
         drop(entered);
         assert!(team.enter().is_some());
