@@ -34,6 +34,15 @@ use crate::tensors::Pieces;
 /// 16 RNG groups, 128 cache lines of f32 (or 64 of bf16).
 pub const SPLIT_ALIGN: usize = NORM_BLOCK;
 
+/// `elements` (at least 1) rounded up to a multiple of [`SPLIT_ALIGN`]; saturating, so that a
+/// count near `usize::MAX` means "never split", not a wrapped 0.
+fn aligned(elements: usize) -> usize {
+    elements
+        .max(1)
+        .div_ceil(SPLIT_ALIGN)
+        .saturating_mul(SPLIT_ALIGN)
+}
+
 /// The default grain: groups of at most this many elements stay on the calling thread. Chosen by
 /// benchmark for pools the caller hands its steps to: many cores gain from smaller groups than two
 /// do, and 64K is the compromise (docs/DESIGN.md, "Parallel driver"). A
@@ -115,8 +124,9 @@ impl Threads {
     /// `std::thread::available_parallelism` counts them), in the manner of an OpenMP team: the
     /// `threads - 1` others are started here and live as long as the returned value and its
     /// clones. The thread that calls a step and the other members take the step's pieces between
-    /// them; between steps the members spin for 100 µs (`team::SPIN`) before they park, so steps called one after another pay no wake-up. One step runs on a team at a
-    /// time: a step called from another thread while the team is busy runs on that thread alone.
+    /// them; between steps the members spin for 100 µs (`team::SPIN`) before they park, so steps
+    /// called one after another pay no wake-up. One step runs on a team at a time: a step called
+    /// from another thread while the team is busy runs on that thread alone.
     /// None of this changes the bits.
     ///
     /// The grain is [`calling_thread_grain`] of the team's size; every share is at least a quarter
@@ -142,11 +152,7 @@ impl Threads {
     /// `with_grain(1)` cuts every tensor at every [`SPLIT_ALIGN`] boundary it can.
     pub fn with_grain(self, elements: usize) -> Threads {
         Threads {
-            // Saturating: a grain near `usize::MAX` means "never split", not a wrapped 0.
-            grain: elements
-                .max(1)
-                .div_ceil(SPLIT_ALIGN)
-                .saturating_mul(SPLIT_ALIGN),
+            grain: aligned(elements),
             ..self
         }
     }
@@ -164,7 +170,7 @@ impl Threads {
         }
         let piece = |threads: usize| {
             let p = (self.grain / 4).max(elements.div_ceil(4 * threads.max(1)));
-            p.div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN
+            aligned(p)
         };
         match &self.pool {
             Pool::Current => f(Split::Serial),
@@ -180,7 +186,7 @@ impl Threads {
             Pool::Team(team) => match team.enter() {
                 Some(entered) => f(Split::Team {
                     team: &entered,
-                    min: (self.grain / 4).div_ceil(SPLIT_ALIGN).max(1) * SPLIT_ALIGN,
+                    min: aligned(self.grain / 4),
                 }),
                 // Another thread is stepping on this team: this step runs here, same bits.
                 None => f(Split::Serial),
@@ -202,17 +208,12 @@ pub(crate) enum Split<'t> {
 }
 
 impl Split<'_> {
-    /// Whether a list of tensors of `total` elements is cut (rayon).
-    fn cuts_list(&self, total: usize) -> bool {
+    /// Whether a list of tensors, or one tensor, of `total` elements is cut (rayon).
+    fn cuts(&self, total: usize) -> bool {
         match *self {
             Split::Rayon { piece } => total > piece,
             Split::Serial | Split::Team { .. } => false,
         }
-    }
-
-    /// Whether a tensor of `len` elements is cut in two (rayon).
-    fn cuts_tensor(&self, len: usize) -> bool {
-        self.cuts_list(len)
     }
 
     /// Runs `fa` here and `fb` beside it (rayon), or one after the other.
@@ -333,7 +334,7 @@ fn team_pieces<'a, C: Pieces, S: Side, L: Leaf<C, S>>(
     if members <= 1 {
         return list::<C, S, L>(ts, side, leaf, Split::Serial);
     }
-    let piece = total.div_ceil(4 * members).div_ceil(SPLIT_ALIGN).max(1) * SPLIT_ALIGN;
+    let piece = aligned(total.div_ceil(4 * members));
     let align = SPLIT_ALIGN as u64;
     let run = |(t, s): (C::Tensor<'a>, S)| leaf.run(t, s);
     let mut batch = Batch::<(C::Tensor<'a>, S), TEAM_BATCH>::new();
@@ -374,7 +375,7 @@ fn list<C: Pieces, S: Side, L: Leaf<C, S>>(
     split: Split<'_>,
 ) {
     let total: usize = ts.iter().map(C::tensor_len).sum();
-    if ts.len() <= 1 || !split.cuts_list(total) {
+    if ts.len() <= 1 || !split.cuts(total) {
         // One tensor, or several not worth cutting between: one after the other, each maybe cut.
         let mut side = side;
         for t in ts.iter_mut() {
@@ -404,7 +405,7 @@ fn list<C: Pieces, S: Side, L: Leaf<C, S>>(
 
 fn range<C: Pieces, S: Side, L: Leaf<C, S>>(t: C::Tensor<'_>, side: S, leaf: &L, split: Split<'_>) {
     let (len, base) = (C::tensor_len(&t), C::tensor_base(&t));
-    if !split.cuts_tensor(len) {
+    if !split.cuts(len) {
         leaf.run(t, side);
         return;
     }

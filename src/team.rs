@@ -203,13 +203,9 @@ impl Entered<'_> {
             }
         }
         // `job` lives on this stack: wait for every member that took it, whatever `f` did here.
-        let start = Instant::now();
-        let mut spins = 0u32;
+        let mut spin = Spin::new();
         while job.pending.load(Ordering::Acquire) != 0 {
-            spins = spins.wrapping_add(1);
-            if !spins.is_multiple_of(64) || start.elapsed() < SPIN {
-                std::hint::spin_loop();
-            } else {
+            if !spin.round() {
                 thread::yield_now();
             }
         }
@@ -287,13 +283,39 @@ impl<T> Items<T> {
     }
 }
 
+/// Waiting by spinning: `round` pauses once and says whether the wait is still within [`SPIN`]
+/// (the clock is read once every 64 rounds); past it, the caller blocks its own way.
+struct Spin {
+    since: Option<Instant>,
+    rounds: u32,
+}
+
+impl Spin {
+    fn new() -> Spin {
+        Spin {
+            since: None,
+            rounds: 0,
+        }
+    }
+
+    fn round(&mut self) -> bool {
+        self.rounds = self.rounds.wrapping_add(1);
+        if self.rounds.is_multiple_of(64)
+            && self.since.get_or_insert_with(Instant::now).elapsed() >= SPIN
+        {
+            return false;
+        }
+        std::hint::spin_loop();
+        true
+    }
+}
+
 /// A member's life: take a job from the mailbox, run it, wait for the next; spin for [`SPIN`]
 /// after each job, then park until a sender unparks it.
 fn wait_for_work(shared: &Shared, index: usize) {
     let mailbox = &shared.members[index].mailbox;
     loop {
-        let mut idle_since: Option<Instant> = None;
-        let mut spins = 0u32;
+        let mut spin = Spin::new();
         let job = loop {
             let j = mailbox.swap(ptr::null_mut(), Ordering::Acquire);
             if !j.is_null() {
@@ -302,22 +324,14 @@ fn wait_for_work(shared: &Shared, index: usize) {
             if shared.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            spins = spins.wrapping_add(1);
-            if !spins.is_multiple_of(64) {
-                std::hint::spin_loop();
-                continue;
-            }
-            let since = *idle_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < SPIN {
-                std::hint::spin_loop();
-            } else {
+            if !spin.round() {
                 // Returns at the sender's `unpark` (or spuriously); an `unpark` that came first
                 // makes it return at once.
                 thread::park();
             }
         };
-        // SAFETY: a sender stores a pointer to a live job and waits for its `done` before the job
-        // goes out of scope.
+        // SAFETY: a sender stores a pointer to a live job and waits for its `pending` count to
+        // reach zero (this member's decrement included) before the job goes out of scope.
         unsafe { ((*job).execute)(job) };
     }
 }

@@ -480,8 +480,8 @@ class _Halfstep(torch.optim.Optimizer):
         else:
             wkind = HS_F32 | HS_STOCHASTIC << 32
         strided = torch.strided
-        calls, counters, ranges, fixed, keep = [], [], [], [], []
-        plan_groups, grad_ranges, plannable = [], [], True
+        calls, counters, grad_spans, fixed, keep = [], [], [], [], []
+        plan_groups, grad_slots, plannable = [], [], True
         index = 0
         for group in self.param_groups:
             expected, states = self._layout(group)
@@ -529,9 +529,9 @@ class _Halfstep(torch.optim.Optimizer):
                 pp, gp = p.data_ptr(), g.data_ptr()
                 d[_W], d[_W + 1], d[_G], d[_G + 1], d[_STREAM] = wkind, pp, gkind | HS_STOCHASTIC << 32, gp, stream
                 fixed.append((pp, pp + n * p.element_size()))
-                ranges.append((gp, gp + n * g.element_size()))
+                grad_spans.append((gp, gp + n * g.element_size()))
                 entry[1] = len(words) + _G + 1
-                grad_ranges.append((len(plan_groups), entry[1], n * g.element_size()))
+                grad_slots.append((len(plan_groups), entry[1], n * g.element_size()))
                 if split:
                     tp = st["trail"].data_ptr()
                     d[_W + 2] = tp
@@ -547,7 +547,7 @@ class _Halfstep(torch.optim.Optimizer):
                 calls.append((group, step, words))
             plannable = plannable and len(by_step) <= 1
             plan_groups.append((group, entries, array.array("Q", next(iter(by_step.values()), []))))
-        if not _disjoint(ranges + fixed):
+        if not _disjoint(grad_spans + fixed):
             self._explain_overlap()
         if len(calls) > 1:
             # Each call checks its hyperparameters before writing; with several calls, a later group
@@ -563,7 +563,7 @@ class _Halfstep(torch.optim.Optimizer):
         for view, step in counters:
             view.value = step
         if plannable and not keep:
-            self._plan = _Plan(self.state, plan_groups, ctx, fixed, grad_ranges)
+            self._plan = _Plan(self.state, plan_groups, ctx, fixed, grad_slots)
 
     def _step_planned(self):
         """The step through `_plan`, when it still describes every buffer: the parameters, their
