@@ -240,6 +240,12 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn store_packed_hi(hi: *mut u16, packed: Self::U) {
         unsafe { Self::store_u16(hi, Self::shr::<16>(packed)) }
     }
+    /// Stores the high 16 bits of each lane (a bf16 store of f32 bits that already carry their
+    /// rounding increment: no shift first).
+    #[inline(always)]
+    unsafe fn store_u16_high(p: *mut u16, v: Self::U) {
+        unsafe { Self::store_packed_hi(p, Self::pack_u16_halves(v)) }
+    }
 
     // ---- 8-bit and 4-bit memory (the low-bit formats)
     /// Loads `LANES` bytes, zero-extended.

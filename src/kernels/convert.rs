@@ -4,7 +4,7 @@
 //! zeroed stack buffers and runs the same per-chunk function.
 
 use super::Simd;
-use super::round::{from_f16, to_bf16, to_f16};
+use super::round::{from_f16, to_bf16, to_bf16_high, to_f16};
 use super::{Chunk, ChunkBody, GroupBits, Stage, run_chunks, run_conversion, stage_in, stage_out};
 use crate::reference::bits::BitsCoord;
 use crate::reference::round::Rounding;
@@ -30,11 +30,15 @@ impl<V: Simd> NarrowK<V> {
         unsafe {
             let r = self.rng.for_rounding(self.rounding, e);
             let b = V::to_bits(V::load(s));
-            let out = match self.fmt {
-                Narrow::Bf16 => to_bf16::<V>(b, self.rounding, r),
-                Narrow::F16 => to_f16::<V>(b, self.rounding, r),
-            };
-            V::store_u16(d, out);
+            match self.fmt {
+                // A chunk without NaN (nearly all) skips `to_bf16`'s NaN lanes: one compare and
+                // a branch instead of four to five vector instructions.
+                Narrow::Bf16 if !V::any(V::is_nan_bits(b)) => {
+                    V::store_u16_high(d, to_bf16_high::<V>(b, self.rounding, r))
+                }
+                Narrow::Bf16 => V::store_u16(d, to_bf16::<V>(b, self.rounding, r)),
+                Narrow::F16 => V::store_u16(d, to_f16::<V>(b, self.rounding, r)),
+            }
         }
     }
 }

@@ -295,6 +295,15 @@ impl Simd for Avx2 {
     unsafe fn store_packed_hi(hi: *mut u16, packed: __m256i) {
         unsafe { _mm_storeu_si128(hi.cast(), _mm256_extracti128_si256::<1>(packed)) }
     }
+    #[inline(always)]
+    unsafe fn store_u16_high(p: *mut u16, v: __m256i) {
+        unsafe {
+            // As `store_u16`, the high halves' quadwords brought down instead of the low ones'.
+            let halves = _mm256_shuffle_epi8(v, halves_shuffle());
+            let ordered = _mm256_permute4x64_epi64::<0b10_00_11_01>(halves);
+            _mm_storeu_si128(p.cast(), _mm256_castsi256_si128(ordered));
+        }
+    }
 
     #[inline(always)]
     unsafe fn load_u8(p: *const u8) -> __m256i {

@@ -3,7 +3,7 @@
 //! kinds of one call's buffers) and the element-wise driver; one file per optimizer below.
 
 use super::Simd;
-use super::round::{canonicalize, from_bf16, to_bf16};
+use super::round::{canonicalize, from_bf16, to_bf16, to_bf16_high};
 use super::{Chunk, ChunkBody, GroupBits, Stage, full_run_plain, run_chunks, stage_in, stage_out};
 use crate::reference::round::Rounding;
 use crate::rng::{Purpose, StepContext, TensorStream, coord};
@@ -350,11 +350,22 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
         unsafe { from_bf16::<V>(<Self as Access<V>>::encode(self, v, rng, e)) }
     }
 
+    /// `v`'s NaNs are canonical ([`Access::CANONICAL`]), so the rounding needs no NaN lanes of its
+    /// own ([`to_bf16_high`]).
     #[inline(always)]
     unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
         unsafe {
-            let b = <Self as Access<V>>::encode(self, v, rng, e);
-            V::store_u16(self.0.offset(off), b);
+            let b = V::to_bits(v);
+            #[cfg(debug_assertions)]
+            {
+                use crate::reference::round::CANONICAL_NAN_F32;
+                let mut lanes = [0u32; crate::arch::MAX_LANES];
+                V::store(lanes.as_mut_ptr().cast(), v);
+                let canonical = |x: &u32| !f32::from_bits(*x).is_nan() || *x == CANONICAL_NAN_F32;
+                debug_assert!(lanes[..V::LANES].iter().all(canonical));
+            }
+            let r = rng.for_rounding(self.rounding(), e);
+            V::store_u16_high(self.0.offset(off), to_bf16_high::<V>(b, self.rounding(), r));
         }
     }
 
