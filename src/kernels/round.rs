@@ -16,20 +16,29 @@ use crate::reference::round::Rounding;
 pub(crate) unsafe fn to_bf16<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V::U {
     unsafe {
         let nan = V::is_nan_bits(b);
-        let increment = match rounding {
-            Rounding::NearestEven => {
-                let lsb = V::and_u(V::shr::<16>(b), V::splat_u(1));
-                V::add_u(V::splat_u(0x7FFF), lsb)
-            }
-            Rounding::Stochastic => r,
-            Rounding::TowardZero => V::splat_u(0),
-        };
+        let increment = bf16_increment::<V>(b, rounding, r);
         if V::CHEAP_SELECT {
             let quieted = V::or_u(V::shr::<16>(b), V::splat_u(0x40));
             V::select_u(nan, quieted, V::shr::<16>(V::add_u(b, increment)))
         } else {
             let quiet = V::keep_u(nan, V::splat_u(0x40));
             V::or_u(V::shr::<16>(V::add_u(b, V::clear_u(nan, increment))), quiet)
+        }
+    }
+}
+
+/// What [`to_bf16`] and [`to_bf16_high`] add to the f32 bits `b` before keeping the top half:
+/// `0x7FFF` plus the kept lsb (nearest-even), the random bits `r` (stochastic), or nothing.
+#[inline(always)]
+unsafe fn bf16_increment<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V::U {
+    unsafe {
+        match rounding {
+            Rounding::NearestEven => {
+                let lsb = V::and_u(V::shr::<16>(b), V::splat_u(1));
+                V::add_u(V::splat_u(0x7FFF), lsb)
+            }
+            Rounding::Stochastic => r,
+            Rounding::TowardZero => V::splat_u(0),
         }
     }
 }
@@ -42,17 +51,7 @@ pub(crate) unsafe fn to_bf16<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V
 /// instructions fewer than [`to_bf16`] and the shift a store of its low halves takes.
 #[inline(always)]
 pub(crate) unsafe fn to_bf16_high<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V::U {
-    unsafe {
-        let increment = match rounding {
-            Rounding::NearestEven => {
-                let lsb = V::and_u(V::shr::<16>(b), V::splat_u(1));
-                V::add_u(V::splat_u(0x7FFF), lsb)
-            }
-            Rounding::Stochastic => r,
-            Rounding::TowardZero => V::splat_u(0),
-        };
-        V::add_u(b, increment)
-    }
+    unsafe { V::add_u(b, bf16_increment::<V>(b, rounding, r)) }
 }
 
 /// bf16 bits (low half of each lane) -> f32.

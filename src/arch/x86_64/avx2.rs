@@ -235,13 +235,7 @@ impl Simd for Avx2 {
     }
     #[inline(always)]
     unsafe fn store_u16(p: *mut u16, v: __m256i) {
-        unsafe {
-            // The low halves of each 128-bit lane's dwords into its low 8 bytes, then the two
-            // lanes' low quadwords together.
-            let halves = _mm256_shuffle_epi8(v, halves_shuffle());
-            let ordered = _mm256_permute4x64_epi64::<0b11_01_10_00>(halves);
-            _mm_storeu_si128(p.cast(), _mm256_castsi256_si128(ordered));
-        }
+        unsafe { store_halves::<0b11_01_10_00>(p, v) }
     }
     #[inline(always)]
     unsafe fn load_u16_high(p: *const u16) -> __m256i {
@@ -297,12 +291,7 @@ impl Simd for Avx2 {
     }
     #[inline(always)]
     unsafe fn store_u16_high(p: *mut u16, v: __m256i) {
-        unsafe {
-            // As `store_u16`, the high halves' quadwords brought down instead of the low ones'.
-            let halves = _mm256_shuffle_epi8(v, halves_shuffle());
-            let ordered = _mm256_permute4x64_epi64::<0b10_00_11_01>(halves);
-            _mm_storeu_si128(p.cast(), _mm256_castsi256_si128(ordered));
-        }
+        unsafe { store_halves::<0b10_00_11_01>(p, v) }
     }
 
     #[inline(always)]
@@ -448,6 +437,19 @@ fn opaque(mut x: __m256i) -> __m256i {
         core::arch::asm!("/* {0} */", inout(ymm_reg) x, options(pure, nomem, nostack, preserves_flags));
     }
     x
+}
+
+/// Stores eight 16-bit halves of `v`'s dwords: each 128-bit lane's low halves go to its low 8
+/// bytes and its high halves to its high 8 (`halves_shuffle`), then `ORDER` (a `vpermq` control)
+/// brings the two lanes' quadwords of one kind down: `0b11_01_10_00` the low halves
+/// (`store_u16`), `0b10_00_11_01` the high ones (`store_u16_high`).
+#[inline(always)]
+unsafe fn store_halves<const ORDER: i32>(p: *mut u16, v: __m256i) {
+    unsafe {
+        let halves = _mm256_shuffle_epi8(v, halves_shuffle());
+        let ordered = _mm256_permute4x64_epi64::<ORDER>(halves);
+        _mm_storeu_si128(p.cast(), _mm256_castsi256_si128(ordered));
+    }
 }
 
 /// `vpshufb` control: in each 128-bit lane, bytes 0-1, 4-5, 8-9, 12-13 (the dwords' low halves)
