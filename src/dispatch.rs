@@ -261,84 +261,128 @@ macro_rules! simd_backend {
                 }
             }
 
-            $(#[target_feature(enable = $features)])?
-            unsafe fn fill_bits(c: &BitsCoord, base: u64, out: &mut [u16]) {
-                unsafe { kernels::bits::fill_bits::<$V>(c, base, out) }
+            // The entry points in one module per kernel family: rustc gives each module's code a
+            // codegen unit of its own, so LLVM optimises a backend's families in parallel (in one
+            // module, a backend was one unit, the longest of the build).
+            mod convert {
+                use super::*;
+
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn fill_bits(c: &BitsCoord, base: u64, out: &mut [u16]) {
+                    unsafe { kernels::bits::fill_bits::<$V>(c, base, out) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn f32_to_bf16(s: &[f32], d: &mut [u16], r: Rounding, c: &BitsCoord, b: u64) {
+                    unsafe { kernels::convert::narrow::<$V>(kernels::convert::Narrow::Bf16, s, d, r, c, b) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn f32_to_f16(s: &[f32], d: &mut [u16], r: Rounding, c: &BitsCoord, b: u64) {
+                    unsafe { kernels::convert::narrow::<$V>(kernels::convert::Narrow::F16, s, d, r, c, b) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn bf16_to_f32(s: &[u16], d: &mut [f32]) {
+                    unsafe { kernels::convert::widen::<$V>(kernels::convert::Narrow::Bf16, s, d) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn f16_to_f32(s: &[u16], d: &mut [f32]) {
+                    unsafe { kernels::convert::widen::<$V>(kernels::convert::Narrow::F16, s, d) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn split(s: &[f32], t: &mut [u16], l: &mut [u16]) {
+                    unsafe { kernels::convert::split::<$V>(s, t, l) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn combine(t: &[u16], l: &[u16], d: &mut [f32]) {
+                    unsafe { kernels::convert::combine::<$V>(t, l, d) }
+                }
             }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn f32_to_bf16(s: &[f32], d: &mut [u16], r: Rounding, c: &BitsCoord, b: u64) {
-                unsafe { kernels::convert::narrow::<$V>(kernels::convert::Narrow::Bf16, s, d, r, c, b) }
+            use convert::*;
+
+            mod sgd_step {
+                use super::*;
+
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn sgd(c: &SgdConsts, x: &StepContext, t: &mut SgdTensor<'_>) {
+                    unsafe { kernels::optim::sgd::<$V>(c, x, t) }
+                }
             }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn f32_to_f16(s: &[f32], d: &mut [u16], r: Rounding, c: &BitsCoord, b: u64) {
-                unsafe { kernels::convert::narrow::<$V>(kernels::convert::Narrow::F16, s, d, r, c, b) }
+            use sgd_step::*;
+
+            mod adagrad_step {
+                use super::*;
+
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn adagrad(c: &AdagradConsts, x: &StepContext, t: &mut AdagradTensor<'_>) {
+                    unsafe { kernels::optim::adagrad::<$V>(c, x, t) }
+                }
             }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn bf16_to_f32(s: &[u16], d: &mut [f32]) {
-                unsafe { kernels::convert::widen::<$V>(kernels::convert::Narrow::Bf16, s, d) }
+            use adagrad_step::*;
+
+            mod adam_step {
+                use super::*;
+
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn adam(c: &AdamConsts, x: &StepContext, t: &mut AdamTensor<'_>) {
+                    unsafe { kernels::optim::adam::<$V>(c, x, t) }
+                }
             }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn f16_to_f32(s: &[u16], d: &mut [f32]) {
-                unsafe { kernels::convert::widen::<$V>(kernels::convert::Narrow::F16, s, d) }
+            use adam_step::*;
+
+            mod lamb_pass1_step {
+                use super::*;
+
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn lamb_pass1(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]]) {
+                    unsafe { kernels::optim::lamb_pass1::<$V>(c, x, t, o, None) }
+                }
+                // With and without kept directions as separate functions, so that neither loop's
+                // register allocation pays for the other's (one spill in the AVX2 loop otherwise).
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn lamb_pass1_keep(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]], k: &mut [f32]) {
+                    unsafe { kernels::optim::lamb_pass1::<$V>(c, x, t, o, Some(k)) }
+                }
             }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn split(s: &[f32], t: &mut [u16], l: &mut [u16]) {
-                unsafe { kernels::convert::split::<$V>(s, t, l) }
+            use lamb_pass1_step::*;
+
+            mod lamb_pass2_step {
+                use super::*;
+
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn lamb_pass2(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32) {
+                    unsafe { kernels::optim::lamb_pass2::<$V>(c, x, t, r, None) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn lamb_pass2_kept(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32, k: &[f32]) {
+                    unsafe { kernels::optim::lamb_pass2::<$V>(c, x, t, r, Some(k)) }
+                }
             }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn combine(t: &[u16], l: &[u16], d: &mut [f32]) {
-                unsafe { kernels::convert::combine::<$V>(t, l, d) }
+            use lamb_pass2_step::*;
+
+            mod quant {
+                use super::*;
+
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn f32_to_fp8(f: Fp8, s: &[f32], d: &mut [u8], r: Rounding, c: &BitsCoord, b: u64) {
+                    unsafe { kernels::quant::f32_to_fp8::<$V>(f, s, d, r, c, b) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn fp8_to_f32(f: Fp8, s: &[u8], d: &mut [f32]) {
+                    unsafe { kernels::quant::fp8_to_f32::<$V>(f, s, d) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn amax_bits(s: &[f32]) -> u32 {
+                    unsafe { kernels::quant::amax_bits::<$V>(s) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn quantize_fp4(f: Fp4Scaling, s: &[f32], p: &mut [u8], sc: &mut [u8], r: Rounding, c: &BitsCoord, b: u64) {
+                    unsafe { kernels::quant::quantize_fp4::<$V>(f, s, p, sc, r, c, b) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn dequantize_fp4(f: Fp4Scaling, p: &[u8], sc: &[u8], d: &mut [f32]) {
+                    unsafe { kernels::quant::dequantize_fp4::<$V>(f, p, sc, d) }
+                }
             }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn sgd(c: &SgdConsts, x: &StepContext, t: &mut SgdTensor<'_>) {
-                unsafe { kernels::optim::sgd::<$V>(c, x, t) }
-            }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn adagrad(c: &AdagradConsts, x: &StepContext, t: &mut AdagradTensor<'_>) {
-                unsafe { kernels::optim::adagrad::<$V>(c, x, t) }
-            }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn adam(c: &AdamConsts, x: &StepContext, t: &mut AdamTensor<'_>) {
-                unsafe { kernels::optim::adam::<$V>(c, x, t) }
-            }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn lamb_pass1(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]]) {
-                unsafe { kernels::optim::lamb_pass1::<$V>(c, x, t, o, None) }
-            }
-            // With and without kept directions as separate functions, so that neither loop's
-            // register allocation pays for the other's (one spill in the AVX2 loop otherwise).
-            $(#[target_feature(enable = $features)])?
-            unsafe fn lamb_pass1_keep(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]], k: &mut [f32]) {
-                unsafe { kernels::optim::lamb_pass1::<$V>(c, x, t, o, Some(k)) }
-            }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn lamb_pass2(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32) {
-                unsafe { kernels::optim::lamb_pass2::<$V>(c, x, t, r, None) }
-            }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn lamb_pass2_kept(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32, k: &[f32]) {
-                unsafe { kernels::optim::lamb_pass2::<$V>(c, x, t, r, Some(k)) }
-            }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn f32_to_fp8(f: Fp8, s: &[f32], d: &mut [u8], r: Rounding, c: &BitsCoord, b: u64) {
-                unsafe { kernels::quant::f32_to_fp8::<$V>(f, s, d, r, c, b) }
-            }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn fp8_to_f32(f: Fp8, s: &[u8], d: &mut [f32]) {
-                unsafe { kernels::quant::fp8_to_f32::<$V>(f, s, d) }
-            }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn amax_bits(s: &[f32]) -> u32 {
-                unsafe { kernels::quant::amax_bits::<$V>(s) }
-            }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn quantize_fp4(f: Fp4Scaling, s: &[f32], p: &mut [u8], sc: &mut [u8], r: Rounding, c: &BitsCoord, b: u64) {
-                unsafe { kernels::quant::quantize_fp4::<$V>(f, s, p, sc, r, c, b) }
-            }
-            $(#[target_feature(enable = $features)])?
-            unsafe fn dequantize_fp4(f: Fp4Scaling, p: &[u8], sc: &[u8], d: &mut [f32]) {
-                unsafe { kernels::quant::dequantize_fp4::<$V>(f, p, sc, d) }
-            }
+            use quant::*;
 
             // SAFETY (every entry): `Backend::kernels` hands this table out only after
             // `Backend::is_available` confirmed the CPU has the target features.

@@ -53,6 +53,16 @@ pub(crate) unsafe fn adagrad<V: Simd>(
             decay: decays(c.weight_decay),
         };
         let (base, st) = (t.stream.index_base, &t.stream);
-        drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Lacks, Has, Lacks]);
+        drive_layouts!(
+            V,
+            n,
+            base,
+            ctx,
+            st,
+            d,
+            &mut op,
+            [Has, Lacks, Has, Lacks],
+            all
+        );
     }
 }

@@ -99,9 +99,19 @@ pub(crate) unsafe fn adam<V: Simd>(c: &AdamConsts, ctx: &StepContext, t: &mut Ad
         };
         let (base, st) = (t.stream.index_base, &t.stream);
         if s2.is_some() {
-            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Has, Has, Has]);
+            drive_layouts!(
+                V,
+                n,
+                base,
+                ctx,
+                st,
+                d,
+                &mut op,
+                [Has, Has, Has, Has],
+                fp32_peers
+            );
         } else {
-            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Has, Has, Lacks]);
+            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Has, Has, Lacks], all);
         }
     }
 }

@@ -213,7 +213,7 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
                     d,
                     &mut p1,
                     [Has, Has, Has, Scratch],
-                    no_sr_layouts
+                    fp32_peers
                 );
                 p1.norms.close();
             }
@@ -228,7 +228,7 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
                     d,
                     &mut p1,
                     [Has, Has, Has, Lacks],
-                    no_sr_layouts
+                    fp32_peers
                 );
                 p1.norms.close();
             }
@@ -270,7 +270,7 @@ pub(crate) unsafe fn lamb_pass2<V: Simd>(
                     d,
                     &mut p2,
                     [Lacks, Scratch, Lacks, Lacks],
-                    no_sr_layouts
+                    fp32_peers
                 );
             }
             None => {
@@ -293,7 +293,7 @@ pub(crate) unsafe fn lamb_pass2<V: Simd>(
                     d,
                     &mut p2,
                     [Lacks, Has, Has, Lacks],
-                    no_sr_layouts
+                    fp32_peers
                 );
             }
         }

@@ -603,69 +603,72 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
 }
 
 /// Runs `$op` over the tensor with the buffers `$d` ([`DynBufs`]) through [`drive`], with
-/// compile-time access for the hot storage layouts — IPEX's (split weights, bf16 gradients, f32
-/// states), the same with bf16 states rounded stochastically (10 bytes per parameter), bf16
-/// weights rounded stochastically with bf16 gradients and f32 states, all f32 (PyTorch's fused
-/// AdamW), all bf16 with every store stochastic, all bf16 with the roundings read at run time —
-/// and run-time access otherwise (a `match` per buffer and chunk), or for every call on a backend
-/// without `COMPILED_LAYOUTS` (the portable one on x86_64). LAMB's passes leave out the two
-/// stochastic layouts (`no_sr_layouts`): with them, its IPEX layout's code changed around them
-/// (gungraun, AVX2: LAMB with groups +6% instructions), and each LAMB layout is two passes to
-/// compile. `$G`, `$S0`, `$S1`, `$S2` are
-/// [`Has`] or [`Lacks`]: which buffers this call has. Same arithmetic in every case, so the same
-/// bits; only the `match` per chunk is gone.
+/// compile-time access for the storage layouts the benchmarks run, and run-time access (a `match`
+/// per buffer and chunk) for every other combination, or for every call on a backend without
+/// `COMPILED_LAYOUTS` (the portable one on x86_64). The last argument names the set:
+///
+/// - `all`: IPEX's (split weights, bf16 gradients, f32 states), all f32 (PyTorch's fused AdamW),
+///   the same with bf16 states rounded stochastically (10 bytes per parameter), bf16 weights
+///   rounded stochastically with bf16 gradients and f32 states, and all bf16 with every store
+///   stochastic;
+/// - `fp32_peers`: IPEX's and all f32 only. For LAMB's passes (each LAMB layout is two passes to
+///   compile, and with the stochastic layouts its IPEX layout's code changed around them:
+///   gungraun, AVX2, LAMB with groups +6% instructions) and for AMSGrad (no benchmark runs it,
+///   and DeepSpeed's CPU Adam has none);
+/// - `run_time`: none.
+///
+/// Every layout compiled is another copy of the optimizer's loops for LLVM to optimise, and these
+/// copies are most of the library's build (docs/DESIGN.md, "Build time"). All bf16 rounded to
+/// nearest runs through the run-time access: compiled, it was 6% faster on AVX2 and a fifth of
+/// the release build. `$G`, `$S0`, `$S1`, `$S2` are [`Has`] or [`Lacks`]: which buffers this
+/// call has. Same arithmetic in every case, so the same bits; only the `match` per chunk is gone.
 macro_rules! drive_layouts {
     ($V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
-     [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
-        drive_layouts!($V, $n, $base, $ctx, $stream, $d, $op, [$G, $S0, $S1, $S2], sr_layouts)
-    };
+     [$G:ident, $S0:ident, $S1:ident, $S2:ident], run_time) => {{
+        type Any = Lay<Buf, $G<Buf>, $S0<Buf>, $S1<Buf>, $S2<Buf>>;
+        match Bufs::<$V, Any>::of($ctx, $stream, $d) {
+            Some(mut b) => drive::<$V, Any, _>($n, $base, &mut b, $op),
+            None => unreachable!("the run-time layout takes any buffers"),
+        }
+    }};
     ($V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
-     [$G:ident, $S0:ident, $S1:ident, $S2:ident], $sr:ident) => {{
+     [$G:ident, $S0:ident, $S1:ident, $S2:ident], $set:ident) => {{
         let (n, base, ctx, stream, d, op) = ($n, $base, $ctx, $stream, $d, $op);
         type Ipex = Lay<SplitBuf, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
         type AllF32 = Lay<F32Buf, $G<F32Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
-        type AllBf16 = Lay<Bf16Buf, $G<Bf16Buf>, $S0<Bf16Buf>, $S1<Bf16Buf>, $S2<Bf16Buf>>;
-        type Sr = Bf16Buf<STOCHASTIC>;
-        type AllBf16Sr = Lay<Sr, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>;
-        type Any = Lay<Buf, $G<Buf>, $S0<Buf>, $S1<Buf>, $S2<Buf>>;
         if const { !<$V as crate::arch::Simd>::COMPILED_LAYOUTS } {
-            match Bufs::<$V, Any>::of(ctx, stream, d) {
-                Some(mut b) => drive::<$V, Any, _>(n, base, &mut b, op),
-                None => unreachable!("the run-time layout takes any buffers"),
-            }
-        } else if drive_layouts!(@$sr, $V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2]) {
+            drive_layouts!($V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2], run_time)
+        } else if drive_layouts!(@$set, $V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2]) {
         } else if let Some(mut b) = Bufs::<$V, Ipex>::of(ctx, stream, d) {
             drive::<$V, Ipex, _>(n, base, &mut b, op)
         } else if let Some(mut b) = Bufs::<$V, AllF32>::of(ctx, stream, d) {
             drive::<$V, AllF32, _>(n, base, &mut b, op)
-        } else if let Some(mut b) = Bufs::<$V, AllBf16Sr>::of(ctx, stream, d) {
-            drive::<$V, AllBf16Sr, _>(n, base, &mut b, op)
-        } else if let Some(mut b) = Bufs::<$V, AllBf16>::of(ctx, stream, d) {
-            drive::<$V, AllBf16, _>(n, base, &mut b, op)
-        } else if let Some(mut b) = Bufs::<$V, Any>::of(ctx, stream, d) {
-            drive::<$V, Any, _>(n, base, &mut b, op)
         } else {
-            unreachable!("the slot pattern does not match the buffers passed")
+            drive_layouts!($V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2], run_time)
         }
     }};
-    // The memory-saving layouts: split weights with bf16 states, and bf16 weights with f32
-    // states, each stored stochastically, bf16 gradients. True if one of them ran.
-    (@sr_layouts, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+    // The stochastic layouts: split weights with bf16 states, bf16 weights with f32 states, each
+    // with bf16 gradients, and all bf16. True if one of them ran.
+    (@all, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
      [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {{
         type Sr = Bf16Buf<STOCHASTIC>;
         type SplitSrStates = Lay<SplitBuf, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>;
         type SrWeights = Lay<Sr, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
+        type AllBf16Sr = Lay<Sr, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>;
         if let Some(mut b) = Bufs::<$V, SplitSrStates>::of($ctx, $stream, $d) {
             drive::<$V, SplitSrStates, _>($n, $base, &mut b, $op);
             true
         } else if let Some(mut b) = Bufs::<$V, SrWeights>::of($ctx, $stream, $d) {
             drive::<$V, SrWeights, _>($n, $base, &mut b, $op);
             true
+        } else if let Some(mut b) = Bufs::<$V, AllBf16Sr>::of($ctx, $stream, $d) {
+            drive::<$V, AllBf16Sr, _>($n, $base, &mut b, $op);
+            true
         } else {
             false
         }
     }};
-    (@no_sr_layouts, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+    (@fp32_peers, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
      [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
         false
     };

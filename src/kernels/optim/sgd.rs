@@ -91,9 +91,29 @@ unsafe fn sgd_op<V: Simd, const PLAIN: bool>(
         };
         let (base, st) = (t.stream.index_base, &t.stream);
         if s0.is_some() {
-            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Has, Lacks, Lacks]);
+            drive_layouts!(
+                V,
+                n,
+                base,
+                ctx,
+                st,
+                d,
+                &mut op,
+                [Has, Has, Lacks, Lacks],
+                all
+            );
         } else {
-            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Lacks, Lacks, Lacks]);
+            drive_layouts!(
+                V,
+                n,
+                base,
+                ctx,
+                st,
+                d,
+                &mut op,
+                [Has, Lacks, Lacks, Lacks],
+                all
+            );
         }
     }
 }
