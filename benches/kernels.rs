@@ -332,60 +332,39 @@ fn benches(c: &mut Criterion) {
             .unwrap()
         })
     });
-    // bf16 weights and bf16 states, all stochastically rounded: the RNG-heaviest step.
-    group(c, "adamw_bf16_sr_everywhere", 8, 6, |n, base| {
-        let stream = TensorStream {
-            id: 1,
-            index_base: base,
-        };
-        let w = data(n);
-        let mut wb: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x)).collect();
-        let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
-        let (mut m, mut v) = (vec![bf16::ZERO; n], vec![bf16::ZERO; n]);
-        let cfg = AdamConfig::adamw(1e-3);
-        Box::new(move |e: Engine| {
-            e.adam_step(
-                &cfg,
-                &ctx,
-                &mut AdamTensor {
-                    weights: Weights::Bf16(&mut wb, Rounding::Stochastic),
-                    grads: Grads::Bf16(&g),
-                    exp_avg: State::Bf16(&mut m, Rounding::Stochastic),
-                    exp_avg_sq: State::Bf16(&mut v, Rounding::Stochastic),
-                    max_exp_avg_sq: None,
-                    stream,
-                },
-            )
-            .unwrap()
-        })
-    });
-    // bf16 weights and bf16 states, all rounded to nearest: no random bits.
-    group(c, "adamw_bf16_nearest_everywhere", 8, 6, |n, base| {
-        let stream = TensorStream {
-            id: 1,
-            index_base: base,
-        };
-        let w = data(n);
-        let mut wb: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x)).collect();
-        let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
-        let (mut m, mut v) = (vec![bf16::ZERO; n], vec![bf16::ZERO; n]);
-        let cfg = AdamConfig::adamw(1e-3);
-        Box::new(move |e: Engine| {
-            e.adam_step(
-                &cfg,
-                &ctx,
-                &mut AdamTensor {
-                    weights: Weights::Bf16(&mut wb, Rounding::NearestEven),
-                    grads: Grads::Bf16(&g),
-                    exp_avg: State::Bf16(&mut m, Rounding::NearestEven),
-                    exp_avg_sq: State::Bf16(&mut v, Rounding::NearestEven),
-                    max_exp_avg_sq: None,
-                    stream,
-                },
-            )
-            .unwrap()
-        })
-    });
+    // bf16 weights and bf16 states, every store stochastic (the RNG-heaviest step) or every store
+    // rounded to nearest (no random bits; a layout with run-time access).
+    for (name, r) in [
+        ("adamw_bf16_sr_everywhere", Rounding::Stochastic),
+        ("adamw_bf16_nearest_everywhere", Rounding::NearestEven),
+    ] {
+        group(c, name, 8, 6, |n, base| {
+            let stream = TensorStream {
+                id: 1,
+                index_base: base,
+            };
+            let w = data(n);
+            let mut wb: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x)).collect();
+            let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
+            let (mut m, mut v) = (vec![bf16::ZERO; n], vec![bf16::ZERO; n]);
+            let cfg = AdamConfig::adamw(1e-3);
+            Box::new(move |e: Engine| {
+                e.adam_step(
+                    &cfg,
+                    &ctx,
+                    &mut AdamTensor {
+                        weights: Weights::Bf16(&mut wb, r),
+                        grads: Grads::Bf16(&g),
+                        exp_avg: State::Bf16(&mut m, r),
+                        exp_avg_sq: State::Bf16(&mut v, r),
+                        max_exp_avg_sq: None,
+                        stream,
+                    },
+                )
+                .unwrap()
+            })
+        });
+    }
     // LAMB reads p, g, m, v and writes m, v in pass 1, reads p, m, v and writes p in pass 2.
     group(c, "lamb_split_bf16grad_f32state", 28, 12, |n, base| {
         let stream = TensorStream {
