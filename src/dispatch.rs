@@ -244,7 +244,27 @@ macro_rules! simd_backend {
             ) {
                 unsafe { bits.fill(group) }
             }
+            // Every backend calls its block fill (see `kernels::RoundingBits`).
+            $(#[target_feature(enable = $features)])?
+            #[inline(never)]
+            unsafe fn block_fill(
+                b: *mut kernels::BitsBlock<$V>,
+                base: u64,
+                n: usize,
+                first: bool,
+            ) {
+                unsafe { kernels::bits::fill_block::<$V>(b, base, n, first) }
+            }
             impl kernels::BitsFill for $V {
+                #[inline(always)]
+                unsafe fn fill_block(
+                    b: *mut kernels::BitsBlock<$V>,
+                    base: u64,
+                    n: usize,
+                    first: bool,
+                ) {
+                    unsafe { block_fill(b, base, n, first) }
+                }
                 #[inline(always)]
                 unsafe fn fill_span<const WORDS: bool>(
                     bits: &mut kernels::GroupBits<$V, WORDS>,

@@ -147,6 +147,9 @@ pub(crate) trait Simd: Copy + 'static {
     /// chunk ahead of the test for it. It did so on AVX2 with the Philox generator (18% of the
     /// instructions of the bulk fill, callgrind).
     const RNG_FILL_OPAQUE: bool = false;
+    /// Whether the rounding kernels draw their bits a block at a time from the bulk fill, called
+    /// out of line, rather than from AES rounds inside their loops (`kernels::RoundingBits`).
+    const RNG_BLOCK: bool = false;
     unsafe fn to_bits(a: Self::F) -> Self::U;
     unsafe fn from_bits(a: Self::U) -> Self::F;
     /// u32 -> f32 for lanes below 2^24 (exact).

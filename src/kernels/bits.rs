@@ -1,6 +1,7 @@
-//! The random bits on vectors: ARS-5 (SPEC.md §3.1–3.2) a span of groups at a time, cached for
-//! the chunks that round with them ([`GroupBits`]), how a backend reaches the fill ([`BitsFill`]), and
-//! the bulk fill of a slice ([`fill_bits`]).
+//! The random bits on vectors: ARS-5 (SPEC.md §3.1–3.2) a span of groups at a time ([`GroupBits`]),
+//! the bits a rounding kernel reads chunk by chunk ([`RoundingBits`]: from that span cache, or from
+//! a block the bulk fill makes out of line), how a backend reaches the fills ([`BitsFill`]), and the
+//! bulk fill of a slice ([`fill_bits`]).
 
 use super::{Chunk, ChunkBody, Simd, Stage, full_run_plain, run_chunks, stage_out};
 use crate::arch::{self, MAX_LANES};
@@ -221,19 +222,6 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
         }
     }
 
-    /// The bits a rounding with `rounding` consumes for the chunk at global `e`: [`Self::r16`] when
-    /// stochastic, zeros otherwise (the RNG runs only when its bits are used).
-    #[inline(always)]
-    pub unsafe fn for_rounding(&mut self, rounding: Rounding, e: u64) -> V::U {
-        unsafe {
-            if rounding == Rounding::Stochastic {
-                self.r16(e)
-            } else {
-                V::splat_u(0)
-            }
-        }
-    }
-
     /// The 16 random bits (one per lane, in the low half) of the chunk starting at global `e`.
     #[inline(always)]
     pub unsafe fn r16(&mut self, e: u64) -> V::U {
@@ -300,16 +288,20 @@ pub(crate) trait BitsFill {
     unsafe fn fill_span<const WORDS: bool>(bits: &mut GroupBits<Self, WORDS>, group: u64)
     where
         Self: arch::Simd;
+    /// [`fill_block`] on this backend, always out of line (see [`RoundingBits`]).
+    unsafe fn fill_block(block: *mut BitsBlock<Self>, base: u64, n: usize, first: bool)
+    where
+        Self: arch::Simd;
 }
 
 /// The bulk fill: whole spans stored as words.
-struct FillBits<V: Simd> {
+struct FillBits<'a, V: Simd> {
     /// As words: `full_run` stores both halves of each at once.
-    rng: GroupBits<V, true>,
+    rng: &'a mut GroupBits<V, true>,
     dst: *mut u16,
 }
 
-impl<V: Simd> FillBits<V> {
+impl<V: Simd> FillBits<'_, V> {
     /// The 32 elements from `e` (a multiple of 32) through the span cache.
     #[inline(always)]
     unsafe fn words32(&mut self, off: isize, e: u64) {
@@ -324,7 +316,7 @@ impl<V: Simd> FillBits<V> {
     }
 }
 
-impl<V: Simd> ChunkBody<V> for FillBits<V> {
+impl<V: Simd> ChunkBody<V> for FillBits<'_, V> {
     #[inline(always)]
     unsafe fn full(&mut self, off: isize, e: u64) {
         unsafe { V::store_u16(self.dst.offset(off), self.rng.r16(e)) }
@@ -381,11 +373,210 @@ impl<V: Simd> ChunkBody<V> for FillBits<V> {
 #[inline(always)]
 pub(crate) unsafe fn fill_bits<V: Simd>(coord: &BitsCoord, base: u64, out: &mut [u16]) {
     unsafe {
+        let mut rng = GroupBits::new(*coord);
         let mut k = FillBits::<V> {
-            rng: GroupBits::new(*coord),
+            rng: &mut rng,
             dst: out.as_mut_ptr(),
         };
         run_chunks::<V, _>(base, out.len(), &mut k);
+    }
+}
+
+/// The bits of elements `base .. base + n` (`base` a multiple of [`BLOCK`], `n` at most `BLOCK`)
+/// into `block`'s buffer by the bulk fill, with the block's generator, which the `first` fill sets
+/// up (so that the stream's constants are computed once per call, not once per block).
+#[inline(always)]
+pub(crate) unsafe fn fill_block<V: Simd>(
+    block: *mut BitsBlock<V>,
+    base: u64,
+    n: usize,
+    first: bool,
+) {
+    unsafe {
+        debug_assert!(base.is_multiple_of(BLOCK as u64) && n <= BLOCK);
+        let dst = (&raw mut (*block).bits).cast();
+        if first {
+            (*block)
+                .rng
+                .write(GroupBits::new((*block).coord.assume_init()));
+        }
+        let rng = (*block).rng.assume_init_mut();
+        run_chunks::<V, _>(base, n, &mut FillBits::<V> { rng, dst });
+    }
+}
+
+/// Elements per block of [`RoundingBits`]' out-of-line fill: 1 KiB of bits, which stays in L1
+/// until the chunks read it, and enough elements that the call and the constants the kernel
+/// reloads after it (the kernel's loop keeps them in registers otherwise) cost little per element.
+const BLOCK: usize = 512;
+
+/// Never a block start (element indices are below 2^51), and far enough below `u64::MAX` that
+/// `e - NO_BLOCK` (wrapping) is at least [`BLOCK`] for every element `e`.
+const NO_BLOCK: u64 = u64::MAX - BLOCK as u64;
+
+/// The random bits of one stream for a rounding kernel (SPEC.md §3.2), read chunk by chunk
+/// ([`Self::r16`]), in one of two ways chosen per backend
+/// ([`crate::arch::Simd::RNG_BLOCK`]); the bits are the same either way:
+///
+/// - **inline**: a [`GroupBits`] span cache, its AES rounds inside the rounding loop. Where the
+///   backend has many registers and its widest AES rounds on every CPU it runs on (AVX-512's
+///   VAES, NEON), this is the cheaper way.
+/// - **block**: [`BLOCK`] elements at a time, made by the bulk fill ([`fill_bits`], through
+///   [`BitsFill::fill_block`], a call) into a buffer on the kernel's stack, and read back as one
+///   16-bit load per chunk. On AVX2, inline rounds shared the loop's 16 registers with the
+///   update's constants, the counters and the round keys, and could run only the 128-bit AES-NI
+///   rounds every AVX2 CPU has; out of line, the bulk fill runs its own tight loop, on 256-bit
+///   VAES where the CPU has it (docs/DESIGN.md, "Random bits: ARS-5").
+pub(crate) struct RoundingBits<V: Simd> {
+    /// The span cache (inline only; uninitialized in block mode).
+    span: core::mem::MaybeUninit<GroupBits<V>>,
+    /// The stream, handed to the block on its first fill (not at construction: a kernel whose
+    /// stores draw no bits need not write its blocks).
+    coord: BitsCoord,
+    /// First element of the cached block (a multiple of [`BLOCK`]); [`NO_BLOCK`] before the
+    /// first fill. Block mode only, as are the fields below.
+    start: u64,
+    /// One past the last element the kernel rounds: a block is filled no further than the chunk
+    /// holding it, so that a short call does not pay for a whole block.
+    end: u64,
+    /// The buffer and generator, a [`BitsBlock`] of the kernel's. A pointer, not the block
+    /// itself: the fill is a call that writes it, and with the block inside the kernel's state
+    /// the call would be handed the state's address, after which LLVM keeps every field of the
+    /// state in memory and reloads it in every chunk.
+    block: *mut BitsBlock<V>,
+    /// The block's bits.
+    bits: *const u16,
+}
+
+/// The buffer of one [`RoundingBits`] in block mode, filled up to the block's last chunk the
+/// kernel reads and never read beyond it, the stream's coordinates and its generator. Left
+/// uninitialized until used: a kernel whose roundings draw no bits, or a backend that draws them
+/// inline, pays nothing for it.
+#[repr(C, align(64))]
+pub(crate) struct BitsBlock<V: Simd> {
+    bits: [core::mem::MaybeUninit<u16>; BLOCK],
+    /// Set before the first fill.
+    coord: core::mem::MaybeUninit<BitsCoord>,
+    /// Set by the first fill.
+    rng: core::mem::MaybeUninit<GroupBits<V, true>>,
+}
+
+impl<V: Simd> BitsBlock<V> {
+    #[inline(always)]
+    pub const fn new() -> Self {
+        BitsBlock {
+            bits: [core::mem::MaybeUninit::uninit(); BLOCK],
+            coord: core::mem::MaybeUninit::uninit(),
+            rng: core::mem::MaybeUninit::uninit(),
+        }
+    }
+}
+
+impl<V: Simd> RoundingBits<V> {
+    /// The bits of `coord`'s stream for a kernel that rounds elements below `end` (global); in
+    /// block mode kept in `block`, which must outlive the kernel's use of them.
+    #[inline(always)]
+    pub unsafe fn new(coord: BitsCoord, end: u64, block: &mut BitsBlock<V>) -> Self {
+        const { assert!(BLOCK.is_multiple_of(MAX_LANES)) };
+        // Both pointers from one raw pointer: the fill writes through one, `r16` reads the other.
+        let block: *mut BitsBlock<V> = block;
+        RoundingBits {
+            span: if V::RNG_BLOCK {
+                core::mem::MaybeUninit::uninit()
+            } else {
+                core::mem::MaybeUninit::new(unsafe { GroupBits::new(coord) })
+            },
+            coord,
+            start: NO_BLOCK,
+            end,
+            bits: unsafe { (&raw const (*block).bits).cast() },
+            block,
+        }
+    }
+
+    /// The bits a rounding with `rounding` consumes for the chunk at global `e`: [`Self::r16`] when
+    /// stochastic, zeros otherwise (the RNG runs only when its bits are used).
+    #[inline(always)]
+    pub unsafe fn for_rounding(&mut self, rounding: Rounding, e: u64) -> V::U {
+        unsafe {
+            if rounding == Rounding::Stochastic {
+                self.r16(e)
+            } else {
+                V::splat_u(0)
+            }
+        }
+    }
+
+    /// The 16 random bits (one per lane, in the low half) of the chunk starting at global `e`
+    /// (below `end`).
+    #[inline(always)]
+    pub unsafe fn r16(&mut self, e: u64) -> V::U {
+        unsafe {
+            if V::RNG_BLOCK && e.wrapping_sub(self.start) >= BLOCK as u64 {
+                self.refill(e);
+            }
+            self.r16_prepared(e)
+        }
+    }
+
+    /// [`Self::for_rounding`] for a chunk whose block [`Self::prepare`] has filled.
+    #[inline(always)]
+    pub unsafe fn for_rounding_prepared(&mut self, rounding: Rounding, e: u64) -> V::U {
+        unsafe {
+            if rounding == Rounding::Stochastic {
+                self.r16_prepared(e)
+            } else {
+                V::splat_u(0)
+            }
+        }
+    }
+
+    /// [`Self::r16`] without a fill in block mode, for a kernel that fills blocks at its own
+    /// boundaries ([`Self::prepare`]): a call inside the rounding loop, even one taken once per
+    /// block, made LLVM keep the loop's values in memory around it (AVX2: split SGD with bf16
+    /// states 4-6% slower than with the rounds inline; 35% faster this way).
+    #[inline(always)]
+    pub unsafe fn r16_prepared(&mut self, e: u64) -> V::U {
+        unsafe {
+            if !V::RNG_BLOCK {
+                return self.span.assume_init_mut().r16(e);
+            }
+            let d = e.wrapping_sub(self.start);
+            debug_assert!(e.is_multiple_of(V::LANES as u64) && e < self.end && d < BLOCK as u64);
+            V::load_u16(self.bits.add(d as usize))
+        }
+    }
+
+    /// In block mode, fills the block holding element `e` unless it is the one cached: from here
+    /// to the block's end, [`Self::r16_prepared`] reads its bits.
+    #[inline(always)]
+    pub unsafe fn prepare(&mut self, e: u64) {
+        unsafe {
+            if V::RNG_BLOCK && e.wrapping_sub(self.start) >= BLOCK as u64 {
+                self.refill(e);
+            }
+        }
+    }
+
+    /// Elements per block in block mode: a kernel that calls [`Self::prepare`] does so at each
+    /// multiple of it.
+    pub const BLOCK: u64 = BLOCK as u64;
+
+    /// Fills the block holding element `e`, up to the chunk holding `end - 1`.
+    #[inline(always)]
+    unsafe fn refill(&mut self, e: u64) {
+        unsafe {
+            let start = e - e % BLOCK as u64;
+            let n = (self.end.min(start + BLOCK as u64) - start)
+                .next_multiple_of(V::LANES as u64)
+                .min(BLOCK as u64);
+            let first = self.start == NO_BLOCK;
+            if first {
+                (*self.block).coord.write(self.coord);
+            }
+            V::fill_block(self.block, start, n as usize, first);
+            self.start = start;
+        }
     }
 }
 
@@ -395,7 +586,7 @@ pub(crate) unsafe fn fill_bits<V: Simd>(coord: &BitsCoord, base: u64, out: &mut 
 pub(crate) mod checks {
     use super::*;
     use crate::reference::ars::ars4x32_5;
-    use crate::reference::bits::{block_counter, element_bits};
+    use crate::reference::bits::{MAX_ELEMENT_INDEX, block_counter, element_bits};
 
     /// The lanes of a span cache, vector after vector.
     #[inline(always)]
@@ -413,7 +604,9 @@ pub(crate) mod checks {
     /// (block by block, and element by element), for spans whose blocks carry into counter word 1
     /// and keys that wrap. One `GroupBits` per form fills every span in turn, so its cached
     /// `CounterConsts` must follow counter word 1 as it changes (0 → 1 → 0x3FFF → 0) from span to
-    /// span.
+    /// span. And [`RoundingBits`] (inline or block, as the backend draws them) element by element,
+    /// chunk after chunk across block boundaries, from a start inside a block up to an end inside
+    /// one (its last block is filled only that far).
     #[inline(always)]
     unsafe fn check_fill<V: Simd>(name: &str) {
         let coords = [
@@ -467,6 +660,28 @@ pub(crate) mod checks {
                         want,
                         "{name} words: {coord:?} group {group} block {block}"
                     );
+                }
+                // The kernels' bits over three blocks and a bit, from the span's first element
+                // and from a chunk inside a block (the last span: as near the end as that fits).
+                let l = V::LANES as u64;
+                let start = (group * 32).min(MAX_ELEMENT_INDEX - 4 * BLOCK as u64);
+                for first in [start, start + 3 * l] {
+                    let end = first + 3 * BLOCK as u64 + 5 * l + 1;
+                    let mut block = BitsBlock::<V>::new();
+                    let mut bits = unsafe { RoundingBits::<V>::new(coord, end, &mut block) };
+                    let mut e = first;
+                    while e < end {
+                        let mut got = [0u32; MAX_LANES];
+                        unsafe { V::store(got.as_mut_ptr().cast(), V::from_bits(bits.r16(e))) };
+                        for (i, got) in got[..V::LANES].iter().enumerate() {
+                            let want = u32::from(element_bits(&coord, e + i as u64));
+                            assert_eq!(
+                                *got, want,
+                                "{name} kernel bits: {coord:?} element {e} + {i}"
+                            );
+                        }
+                        e += l;
+                    }
                 }
             }
         }

@@ -5,7 +5,10 @@
 
 use super::Simd;
 use super::round::{from_f16, to_bf16, to_bf16_high, to_f16};
-use super::{Chunk, ChunkBody, GroupBits, Stage, run_chunks, run_conversion, stage_in, stage_out};
+use super::{
+    BitsBlock, Chunk, ChunkBody, RoundingBits, Stage, run_chunks, run_conversion, stage_in,
+    stage_out,
+};
 use crate::reference::bits::BitsCoord;
 use crate::reference::round::Rounding;
 
@@ -19,7 +22,7 @@ pub(crate) enum Narrow {
 struct NarrowK<V: Simd> {
     fmt: Narrow,
     rounding: Rounding,
-    rng: GroupBits<V>,
+    rng: RoundingBits<V>,
     src: *const f32,
     dst: *mut u16,
 }
@@ -88,10 +91,11 @@ unsafe fn narrow_run<V: Simd>(
         // One pointer for the body and the prefetching: a second `as_mut_ptr` would retag the
         // slice and invalidate the first (Miri, Stacked Borrows).
         let dst = dst.as_mut_ptr();
+        let mut block = BitsBlock::new();
         let mut k = NarrowK::<V> {
             fmt,
             rounding,
-            rng: GroupBits::new(*coord),
+            rng: RoundingBits::new(*coord, base + src.len() as u64, &mut block),
             src: src.as_ptr(),
             dst,
         };

@@ -43,7 +43,7 @@ pub(crate) mod round;
 
 use crate::arch::{self, MAX_LANES};
 
-pub(crate) use bits::{BitsFill, GroupBits};
+pub(crate) use bits::{BitsBlock, BitsFill, GroupBits, RoundingBits};
 
 /// One chunk of `V::LANES` lanes: lane `l` is global element `e + l`, local element `off + l`;
 /// lanes `lo..hi` are inside the slice.

@@ -11,7 +11,9 @@
 
 use super::Simd;
 use super::round::{Small, from_small, to_small};
-use super::{Chunk, ChunkBody, GroupBits, run_chunks, run_conversion, stage_in, stage_out};
+use super::{
+    BitsBlock, Chunk, ChunkBody, RoundingBits, run_chunks, run_conversion, stage_in, stage_out,
+};
 use crate::arch::MAX_LANES;
 use crate::reference::bits::BitsCoord;
 use crate::reference::quant::{self as q, E2M1, E4M3, E5M2, Fp4Scaling, Fp8};
@@ -76,7 +78,7 @@ unsafe fn block_scales<V: Simd>(scaling: Fp4Scaling, amax: V::U) -> (V::U, V::F)
 struct ToFp8<V: Simd> {
     fmt: Fp8,
     rounding: Rounding,
-    rng: GroupBits<V>,
+    rng: RoundingBits<V>,
     src: *const f32,
     dst: *mut u8,
 }
@@ -150,10 +152,11 @@ unsafe fn fp8_run<V: Simd>(
         // One pointer for the body and the prefetching: a second `as_mut_ptr` would retag the
         // slice and invalidate the first (Miri, Stacked Borrows).
         let dst = dst.as_mut_ptr();
+        let mut block = BitsBlock::new();
         let mut k = ToFp8::<V> {
             fmt,
             rounding,
-            rng: GroupBits::new(*coord),
+            rng: RoundingBits::new(*coord, base + src.len() as u64, &mut block),
             src: src.as_ptr(),
             dst,
         };
@@ -251,7 +254,7 @@ pub(crate) unsafe fn amax_bits<V: Simd>(src: &[f32]) -> u32 {
 struct Fp4Codes<V: Simd> {
     divide: bool,
     rounding: Rounding,
-    rng: GroupBits<V>,
+    rng: RoundingBits<V>,
     /// log2 of the block size.
     block_shift: u32,
     src: *const f32,
@@ -398,10 +401,11 @@ unsafe fn fp4_run<V: Simd>(
         // Every code is written before it is read (the chunks cover the tile, pack reads `tn`
         // of them): left uninitialized, which saves zeroing 2 KiB per call on small tensors.
         let mut codes = [const { core::mem::MaybeUninit::<u8>::uninit() }; TILE];
+        let mut bits = BitsBlock::new();
         let mut k = Fp4Codes::<V> {
             divide: matches!(scaling, Fp4Scaling::Nv { .. }),
             rounding,
-            rng: GroupBits::new(*coord),
+            rng: RoundingBits::new(*coord, base + src.len() as u64, &mut bits),
             block_shift: block.trailing_zeros(),
             src: src.as_ptr(),
             codes: codes.as_mut_ptr().cast(),

@@ -288,17 +288,31 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     /// its length; chunk by chunk, split SGD ran 1.6x slower on AVX-512 and 2.7x on AVX2 than
     /// with the buffers apart (docs/DESIGN.md). Grouped, a group's accesses to one
     /// line follow each other. Same bits: each chunk is computed as alone, in the same order.
+    ///
+    /// Where the backend draws random bits a block at a time ([`crate::arch::Simd::RNG_BLOCK`]) and
+    /// a buffer may round stochastically, the run is cut at the blocks' boundaries and the blocks
+    /// are filled between the pieces, outside the chunk loop (`RoundingBits::r16_prepared`: why).
     #[inline(always)]
-    unsafe fn full_run(&mut self, off: isize, e: u64, end: u64) {
+    unsafe fn full_run(&mut self, mut off: isize, mut e: u64, end: u64) {
         unsafe {
-            // Inline-const conditions: rustc instantiates only the branch taken, so each driver
-            // compiles one loop, not all three (the library's build spends its time on these).
-            if const { L::W::GROUPED && V::STORE_GROUP == 2 } {
-                self.full_run_grouped::<2>(off, e, end)
-            } else if const { L::W::GROUPED && V::STORE_GROUP == 4 } {
-                self.full_run_grouped::<4>(off, e, end)
+            if const { V::RNG_BLOCK && L::MAY_DRAW_BITS } {
+                // One piece where no buffer draws bits (the run-time layout's nearest-even
+                // stores): cut into blocks, LAMB over a group of small tensors took 7% more
+                // instructions on AVX2.
+                let block = if self.draws_bits() {
+                    RoundingBits::<V>::BLOCK
+                } else {
+                    u64::MAX / 2
+                };
+                while e < end {
+                    let stop = (e - e % block).saturating_add(block).min(end);
+                    self.prepare_bits(e);
+                    self.full_run_unblocked(off, e, stop);
+                    off += (stop - e) as isize;
+                    e = stop;
+                }
             } else {
-                self.full_run_chunks(off, e, end)
+                self.full_run_unblocked(off, e, end)
             }
         }
     }
@@ -324,6 +338,9 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     #[inline(always)]
     unsafe fn partial(&mut self, ch: &Chunk) {
         unsafe {
+            if const { V::RNG_BLOCK && L::MAY_DRAW_BITS } {
+                self.prepare_bits(ch.e);
+            }
             let c = &self.c;
             let mut st = [
                 Stage::new(),
@@ -358,6 +375,54 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
 }
 
 impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
+    /// Whether a buffer the op stores rounds stochastically.
+    #[inline(always)]
+    fn draws_bits(&self) -> bool {
+        let c = &self.c;
+        (O::WRITE_W && L::W::MAY_DRAW_BITS && c.w.draws_bits())
+            || (O::WRITE_S[0] && L::S0::MAY_DRAW_BITS && c.s0.draws_bits())
+            || (O::WRITE_S[1] && L::S1::MAY_DRAW_BITS && c.s1.draws_bits())
+            || (O::WRITE_S[2] && L::S2::MAY_DRAW_BITS && c.s2.draws_bits())
+    }
+
+    /// Fills the random bits' blocks holding element `e` for every buffer the op stores that
+    /// rounds stochastically (`RoundingBits::prepare`), out of the chunk loop.
+    #[inline(always)]
+    unsafe fn prepare_bits(&mut self, e: u64) {
+        unsafe {
+            let (c, b) = (&self.c, &mut *self.b);
+            if O::WRITE_W && L::W::MAY_DRAW_BITS && c.w.draws_bits() {
+                b.rng_w.prepare(e);
+            }
+            if O::WRITE_S[0] && L::S0::MAY_DRAW_BITS && c.s0.draws_bits() {
+                b.rng_s[0].prepare(e);
+            }
+            if O::WRITE_S[1] && L::S1::MAY_DRAW_BITS && c.s1.draws_bits() {
+                b.rng_s[1].prepare(e);
+            }
+            if O::WRITE_S[2] && L::S2::MAY_DRAW_BITS && c.s2.draws_bits() {
+                b.rng_s[2].prepare(e);
+            }
+        }
+    }
+
+    /// [`ChunkBody::full_run`] within one block of random bits (or all of it where none are
+    /// drawn a block at a time).
+    #[inline(always)]
+    unsafe fn full_run_unblocked(&mut self, off: isize, e: u64, end: u64) {
+        unsafe {
+            // Inline-const conditions: rustc instantiates only the branch taken, so each driver
+            // compiles one loop, not all three (the library's build spends its time on these).
+            if const { L::W::GROUPED && V::STORE_GROUP == 2 } {
+                self.full_run_grouped::<2>(off, e, end)
+            } else if const { L::W::GROUPED && V::STORE_GROUP == 4 } {
+                self.full_run_grouped::<4>(off, e, end)
+            } else {
+                self.full_run_chunks(off, e, end)
+            }
+        }
+    }
+
     /// [`ChunkBody::full_run`] chunk by chunk: overlapped where [`crate::arch::Simd::OVERLAP_CHUNKS`], with
     /// a copy of the loop per prefetch case (as in `full_run_plain`: a test per chunk cost f32
     /// SGD at 64K 8-15% on AVX-512).

@@ -4,7 +4,10 @@
 
 use super::Simd;
 use super::round::{canonicalize, from_bf16, to_bf16, to_bf16_high};
-use super::{Chunk, ChunkBody, GroupBits, Stage, full_run_plain, run_chunks, stage_in, stage_out};
+use super::{
+    BitsBlock, Chunk, ChunkBody, RoundingBits, Stage, full_run_plain, run_chunks, stage_in,
+    stage_out,
+};
 use crate::reference::round::Rounding;
 use crate::rng::{Purpose, StepContext, TensorStream, coord};
 use crate::storage::{Grads, State, Weights};
@@ -92,6 +95,16 @@ trait Access<V: Simd>: Copy {
     /// the library's own scratch, nor an absent buffer.
     const CANONICAL: bool = true;
 
+    /// Whether the kind can round stochastically (bf16, or the run-time kind): the driver then
+    /// fills its random bits block by block (`Driver::full_run`).
+    const MAY_DRAW_BITS: bool = false;
+
+    /// Whether this buffer's stores draw random bits.
+    #[inline(always)]
+    fn draws_bits(&self) -> bool {
+        false
+    }
+
     /// This kind's view of `b`, or `None` when `b` is of another kind (or absent / present
     /// where this one is not).
     fn from_buf(b: Option<Buf>) -> Option<Self>;
@@ -116,7 +129,7 @@ trait Access<V: Simd>: Copy {
     /// at global index `e`, drawn only for stochastic rounding. By default the full f32 bits (f32
     /// and split buffers). NaNs are already canonical: the driver's `process` canonicalises before storing.
     #[inline(always)]
-    unsafe fn encode(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::U {
+    unsafe fn encode(&self, v: V::F, _rng: &mut RoundingBits<V>, _e: u64) -> V::U {
         unsafe { V::to_bits(v) }
     }
 
@@ -125,12 +138,12 @@ trait Access<V: Simd>: Copy {
     /// the one user, feeds it to arithmetic whose NaN results are canonicalised when stored, and
     /// to norms whose NaN only fails comparisons).
     #[inline(always)]
-    unsafe fn as_stored(&self, v: V::F, _rng: &mut GroupBits<V>, _e: u64) -> V::F {
+    unsafe fn as_stored(&self, v: V::F, _rng: &mut RoundingBits<V>, _e: u64) -> V::F {
         v
     }
 
     /// Stores `v` (NaNs already canonical where [`Access::CANONICAL`]).
-    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64);
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut RoundingBits<V>, e: u64);
 
     /// Stores `G` consecutive chunks, `vs[i]` at local index `off + i * LANES` (global
     /// `e + i * LANES`): chunk by chunk, but for split weights all trails before all tops
@@ -140,7 +153,7 @@ trait Access<V: Simd>: Copy {
         &self,
         off: isize,
         vs: &[V::F; G],
-        rng: &mut GroupBits<V>,
+        rng: &mut RoundingBits<V>,
         e: u64,
     ) {
         unrolled!(G, i => {
@@ -213,7 +226,7 @@ impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
     }
 
     #[inline(always)]
-    unsafe fn store(&self, off: isize, v: V::F, _rng: &mut GroupBits<V>, _e: u64) {
+    unsafe fn store(&self, off: isize, v: V::F, _rng: &mut RoundingBits<V>, _e: u64) {
         unsafe { V::store(self.0.offset(off), v) }
     }
 
@@ -252,7 +265,7 @@ impl<V: Simd> Access<V> for SplitBuf {
     }
 
     #[inline(always)]
-    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut RoundingBits<V>, e: u64) {
         unsafe {
             let b = <Self as Access<V>>::encode(self, v, rng, e);
             V::store_u16_halves(self.0.offset(off), self.1.offset(off), b);
@@ -280,7 +293,7 @@ impl<V: Simd> Access<V> for SplitBuf {
         &self,
         off: isize,
         vs: &[V::F; G],
-        _rng: &mut GroupBits<V>,
+        _rng: &mut RoundingBits<V>,
         _e: u64,
     ) {
         unsafe {
@@ -325,6 +338,13 @@ impl<V: Simd> Access<V> for SplitBuf {
 }
 
 impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
+    const MAY_DRAW_BITS: bool = true;
+
+    #[inline(always)]
+    fn draws_bits(&self) -> bool {
+        self.rounding() == Rounding::Stochastic
+    }
+
     fn from_buf(b: Option<Buf>) -> Option<Self> {
         match b {
             Some(Buf::Bf16(p, r)) if Bf16Buf::<R>(p, r).rounding() == r => Some(Bf16Buf(p, r)),
@@ -338,22 +358,22 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     }
 
     #[inline(always)]
-    unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
+    unsafe fn encode(&self, v: V::F, rng: &mut RoundingBits<V>, e: u64) -> V::U {
         unsafe {
-            let r = rng.for_rounding(self.rounding(), e);
+            let r = rng.for_rounding_prepared(self.rounding(), e);
             to_bf16::<V>(V::to_bits(v), self.rounding(), r)
         }
     }
 
     #[inline(always)]
-    unsafe fn as_stored(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::F {
+    unsafe fn as_stored(&self, v: V::F, rng: &mut RoundingBits<V>, e: u64) -> V::F {
         unsafe { from_bf16::<V>(<Self as Access<V>>::encode(self, v, rng, e)) }
     }
 
     /// `v`'s NaNs are canonical ([`Access::CANONICAL`]), so the rounding needs no NaN lanes of its
     /// own ([`to_bf16_high`]).
     #[inline(always)]
-    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut RoundingBits<V>, e: u64) {
         unsafe {
             let b = V::to_bits(v);
             #[cfg(debug_assertions)]
@@ -364,7 +384,7 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
                 let canonical = |x: &u32| !f32::from_bits(*x).is_nan() || *x == CANONICAL_NAN_F32;
                 debug_assert!(lanes[..V::LANES].iter().all(canonical));
             }
-            let r = rng.for_rounding(self.rounding(), e);
+            let r = rng.for_rounding_prepared(self.rounding(), e);
             V::store_u16_high(self.0.offset(off), to_bf16_high::<V>(b, self.rounding(), r));
         }
     }
@@ -406,7 +426,7 @@ impl<V: Simd> Access<V> for Absent {
     }
 
     #[inline(always)]
-    unsafe fn store(&self, _off: isize, _v: V::F, _rng: &mut GroupBits<V>, _e: u64) {}
+    unsafe fn store(&self, _off: isize, _v: V::F, _rng: &mut RoundingBits<V>, _e: u64) {}
 
     #[inline(always)]
     unsafe fn stage(&self, _st: &mut Stage, _c: &Chunk) -> Self {
@@ -419,6 +439,13 @@ impl<V: Simd> Access<V> for Absent {
 
 /// The run-time kind: each method picks the typed one. Used for a buffer that must be present.
 impl<V: Simd> Access<V> for Buf {
+    const MAY_DRAW_BITS: bool = true;
+
+    #[inline(always)]
+    fn draws_bits(&self) -> bool {
+        matches!(self, Buf::Bf16(_, Rounding::Stochastic))
+    }
+
     fn from_buf(b: Option<Buf>) -> Option<Self> {
         b
     }
@@ -435,7 +462,7 @@ impl<V: Simd> Access<V> for Buf {
     }
 
     #[inline(always)]
-    unsafe fn encode(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::U {
+    unsafe fn encode(&self, v: V::F, rng: &mut RoundingBits<V>, e: u64) -> V::U {
         unsafe {
             match *self {
                 Buf::F32(p) => F32Buf::<true>(p).encode(v, rng, e),
@@ -446,7 +473,7 @@ impl<V: Simd> Access<V> for Buf {
     }
 
     #[inline(always)]
-    unsafe fn as_stored(&self, v: V::F, rng: &mut GroupBits<V>, e: u64) -> V::F {
+    unsafe fn as_stored(&self, v: V::F, rng: &mut RoundingBits<V>, e: u64) -> V::F {
         unsafe {
             match *self {
                 Buf::F32(p) => F32Buf::<true>(p).as_stored(v, rng, e),
@@ -457,7 +484,7 @@ impl<V: Simd> Access<V> for Buf {
     }
 
     #[inline(always)]
-    unsafe fn store(&self, off: isize, v: V::F, rng: &mut GroupBits<V>, e: u64) {
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut RoundingBits<V>, e: u64) {
         unsafe {
             match *self {
                 Buf::F32(p) => F32Buf::<true>(p).store(off, v, rng, e),
@@ -529,6 +556,12 @@ trait Layout<V: Simd> {
         } else {
             PREFETCH_AHEAD_BYTES
         };
+
+    /// Whether a buffer the step stores to can round stochastically (see [`Access::MAY_DRAW_BITS`]).
+    const MAY_DRAW_BITS: bool = Self::W::MAY_DRAW_BITS
+        || Self::S0::MAY_DRAW_BITS
+        || Self::S1::MAY_DRAW_BITS
+        || Self::S2::MAY_DRAW_BITS;
 }
 
 struct Lay<W, G, S0, S1, S2>(core::marker::PhantomData<(W, G, S0, S1, S2)>);
@@ -576,29 +609,37 @@ struct Bufs<V: Simd, L: Layout<V>> {
     s0: L::S0,
     s1: L::S1,
     s2: L::S2,
-    rng_w: GroupBits<V>,
-    rng_s: [GroupBits<V>; 3],
+    rng_w: RoundingBits<V>,
+    rng_s: [RoundingBits<V>; 3],
 }
 
 impl<V: Simd, L: Layout<V>> Bufs<V, L> {
-    /// The typed view of `d`, or `None` when some buffer is not of `L`'s kind.
+    /// The typed view of `d`, or `None` when some buffer is not of `L`'s kind; the random bits
+    /// for elements below `end` (global), kept in `blocks` where the backend draws them a block
+    /// at a time ([`RoundingBits`]).
     #[inline(always)]
-    unsafe fn of(ctx: &StepContext, stream: &TensorStream, d: DynBufs) -> Option<Self> {
-        unsafe {
-            Some(Bufs {
-                w: L::W::from_buf(Some(d.w))?,
-                g: L::G::from_buf(d.g)?,
-                s0: L::S0::from_buf(d.s[0])?,
-                s1: L::S1::from_buf(d.s[1])?,
-                s2: L::S2::from_buf(d.s[2])?,
-                rng_w: GroupBits::new(coord(ctx, stream, Purpose::Weights)),
-                rng_s: [
-                    GroupBits::new(coord(ctx, stream, Purpose::FirstMoment)),
-                    GroupBits::new(coord(ctx, stream, Purpose::SecondMoment)),
-                    GroupBits::new(coord(ctx, stream, Purpose::MaxSecondMoment)),
-                ],
-            })
-        }
+    unsafe fn of(
+        ctx: &StepContext,
+        stream: &TensorStream,
+        d: DynBufs,
+        end: u64,
+        blocks: &mut [BitsBlock<V>; 4],
+    ) -> Option<Self> {
+        let [bw, b0, b1, b2] = blocks;
+        let bits = |p, b| unsafe { RoundingBits::new(coord(ctx, stream, p), end, b) };
+        Some(Bufs {
+            w: L::W::from_buf(Some(d.w))?,
+            g: L::G::from_buf(d.g)?,
+            s0: L::S0::from_buf(d.s[0])?,
+            s1: L::S1::from_buf(d.s[1])?,
+            s2: L::S2::from_buf(d.s[2])?,
+            rng_w: bits(Purpose::Weights, bw),
+            rng_s: [
+                bits(Purpose::FirstMoment, b0),
+                bits(Purpose::SecondMoment, b1),
+                bits(Purpose::MaxSecondMoment, b2),
+            ],
+        })
     }
 }
 
@@ -626,7 +667,9 @@ macro_rules! drive_layouts {
     ($V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
      [$G:ident, $S0:ident, $S1:ident, $S2:ident], run_time) => {{
         type Any = Lay<Buf, $G<Buf>, $S0<Buf>, $S1<Buf>, $S2<Buf>>;
-        match Bufs::<$V, Any>::of($ctx, $stream, $d) {
+        // The random bits' blocks, one per stream, outside the kernel's state (`RoundingBits`).
+        let mut blocks = [const { BitsBlock::<$V>::new() }; 4];
+        match Bufs::<$V, Any>::of($ctx, $stream, $d, $base + $n as u64, &mut blocks) {
             Some(mut b) => drive::<$V, Any, _>($n, $base, &mut b, $op),
             None => unreachable!("the run-time layout takes any buffers"),
         }
@@ -634,14 +677,18 @@ macro_rules! drive_layouts {
     ($V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
      [$G:ident, $S0:ident, $S1:ident, $S2:ident], $set:ident) => {{
         let (n, base, ctx, stream, d, op) = ($n, $base, $ctx, $stream, $d, $op);
+        let end = base + n as u64;
+        // The random bits' blocks, one per stream, outside the kernel's state (`RoundingBits`).
+        let mut blocks = [const { BitsBlock::<$V>::new() }; 4];
         type Ipex = Lay<SplitBuf, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
         type AllF32 = Lay<F32Buf, $G<F32Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
         if const { !<$V as crate::arch::Simd>::COMPILED_LAYOUTS } {
             drive_layouts!($V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2], run_time)
-        } else if drive_layouts!(@$set, $V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2]) {
-        } else if let Some(mut b) = Bufs::<$V, Ipex>::of(ctx, stream, d) {
+        } else if drive_layouts!(@$set, $V, n, base, ctx, stream, d, op, &mut blocks,
+                                 [$G, $S0, $S1, $S2]) {
+        } else if let Some(mut b) = Bufs::<$V, Ipex>::of(ctx, stream, d, end, &mut blocks) {
             drive::<$V, Ipex, _>(n, base, &mut b, op)
-        } else if let Some(mut b) = Bufs::<$V, AllF32>::of(ctx, stream, d) {
+        } else if let Some(mut b) = Bufs::<$V, AllF32>::of(ctx, stream, d, end, &mut blocks) {
             drive::<$V, AllF32, _>(n, base, &mut b, op)
         } else {
             drive_layouts!($V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2], run_time)
@@ -650,18 +697,19 @@ macro_rules! drive_layouts {
     // The stochastic layouts: split weights with bf16 states, bf16 weights with f32 states, each
     // with bf16 gradients, and all bf16. True if one of them ran.
     (@all, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
-     [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {{
+     $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {{
+        let end = $base + $n as u64;
         type Sr = Bf16Buf<STOCHASTIC>;
         type SplitSrStates = Lay<SplitBuf, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>;
         type SrWeights = Lay<Sr, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
         type AllBf16Sr = Lay<Sr, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>;
-        if let Some(mut b) = Bufs::<$V, SplitSrStates>::of($ctx, $stream, $d) {
+        if let Some(mut b) = Bufs::<$V, SplitSrStates>::of($ctx, $stream, $d, end, $blocks) {
             drive::<$V, SplitSrStates, _>($n, $base, &mut b, $op);
             true
-        } else if let Some(mut b) = Bufs::<$V, SrWeights>::of($ctx, $stream, $d) {
+        } else if let Some(mut b) = Bufs::<$V, SrWeights>::of($ctx, $stream, $d, end, $blocks) {
             drive::<$V, SrWeights, _>($n, $base, &mut b, $op);
             true
-        } else if let Some(mut b) = Bufs::<$V, AllBf16Sr>::of($ctx, $stream, $d) {
+        } else if let Some(mut b) = Bufs::<$V, AllBf16Sr>::of($ctx, $stream, $d, end, $blocks) {
             drive::<$V, AllBf16Sr, _>($n, $base, &mut b, $op);
             true
         } else {
@@ -669,7 +717,7 @@ macro_rules! drive_layouts {
         }
     }};
     (@fp32_peers, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
-     [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
+     $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
         false
     };
 }
