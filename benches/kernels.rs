@@ -171,6 +171,14 @@ fn group(
     }
 }
 
+/// The bench tensors' stream: one id, its elements from `base`.
+fn stream(base: u64) -> TensorStream {
+    TensorStream {
+        id: 1,
+        index_base: base,
+    }
+}
+
 fn data(n: usize) -> Vec<f32> {
     (0..n).map(|i| ((i as f32) * 0.618).sin()).collect()
 }
@@ -188,10 +196,7 @@ fn benches(c: &mut Criterion) {
     let ctx = StepContext::new(7, 3);
 
     group(c, "random_bits", 0, 2, |n, base| {
-        let stream = TensorStream {
-            id: 1,
-            index_base: base,
-        };
+        let stream = stream(base);
         let mut out = vec![0u16; n];
         Box::new(move |e: Engine| {
             e.fill_element_bits(&ctx, &stream, Purpose::Weights, &mut out)
@@ -203,10 +208,7 @@ fn benches(c: &mut Criterion) {
         ("f32_to_bf16_stochastic", Rounding::Stochastic),
     ] {
         group(c, name, 4, 2, |n, base| {
-            let stream = TensorStream {
-                id: 1,
-                index_base: base,
-            };
+            let stream = stream(base);
             let (src, mut dst) = (data(n), vec![bf16::ZERO; n]);
             Box::new(move |e: Engine| e.f32_to_bf16(&src, &mut dst, r, &ctx, &stream).unwrap())
         });
@@ -216,10 +218,7 @@ fn benches(c: &mut Criterion) {
         ("f32_to_f16_stochastic", Rounding::Stochastic),
     ] {
         group(c, name, 4, 2, |n, base| {
-            let stream = TensorStream {
-                id: 1,
-                index_base: base,
-            };
+            let stream = stream(base);
             let (src, mut dst) = (data(n), vec![f16::ZERO; n]);
             Box::new(move |e: Engine| e.f32_to_f16(&src, &mut dst, r, &ctx, &stream).unwrap())
         });
@@ -227,10 +226,7 @@ fn benches(c: &mut Criterion) {
 
     // IPEX's rows: split weights (top + trail), bf16 gradients, f32 state.
     group(c, "sgd_split_bf16grad_f32momentum", 10, 8, |n, base| {
-        let stream = TensorStream {
-            id: 1,
-            index_base: base,
-        };
+        let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
         let mut m = vec![0f32; n];
         let cfg = SgdConfig {
@@ -256,10 +252,7 @@ fn benches(c: &mut Criterion) {
         })
     });
     group(c, "adagrad_split_bf16grad_f32sum", 10, 8, |n, base| {
-        let stream = TensorStream {
-            id: 1,
-            index_base: base,
-        };
+        let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
         let mut s = vec![0.1f32; n];
         let cfg = AdagradConfig::default();
@@ -281,10 +274,7 @@ fn benches(c: &mut Criterion) {
         })
     });
     group(c, "adam_split_bf16grad_f32state", 14, 12, |n, base| {
-        let stream = TensorStream {
-            id: 1,
-            index_base: base,
-        };
+        let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
         let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
         let cfg = AdamConfig::adam(1e-3);
@@ -309,10 +299,7 @@ fn benches(c: &mut Criterion) {
     });
     // PyTorch's fused AdamW row: everything f32.
     group(c, "adamw_f32", 16, 12, |n, base| {
-        let stream = TensorStream {
-            id: 1,
-            index_base: base,
-        };
+        let stream = stream(base);
         let (mut w, g) = (data(n), data(n));
         let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
         let cfg = AdamConfig::adamw(1e-3);
@@ -339,10 +326,7 @@ fn benches(c: &mut Criterion) {
         ("adamw_bf16_nearest_everywhere", Rounding::NearestEven),
     ] {
         group(c, name, 8, 6, |n, base| {
-            let stream = TensorStream {
-                id: 1,
-                index_base: base,
-            };
+            let stream = stream(base);
             let w = data(n);
             let mut wb: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x)).collect();
             let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
@@ -367,10 +351,7 @@ fn benches(c: &mut Criterion) {
     }
     // LAMB reads p, g, m, v and writes m, v in pass 1, reads p, m, v and writes p in pass 2.
     group(c, "lamb_split_bf16grad_f32state", 28, 12, |n, base| {
-        let stream = TensorStream {
-            id: 1,
-            index_base: base,
-        };
+        let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
         let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
         let cfg = LambConfig::default();
@@ -406,10 +387,7 @@ fn quantizers(c: &mut Criterion) {
     ] {
         for (name, fmt) in [("e4m3", Fp8::E4M3), ("e5m2", Fp8::E5M2)] {
             group(c, &format!("{name}_{mode}"), 4.0, 1.0, |n, base| {
-                let stream = TensorStream {
-                    id: 1,
-                    index_base: base,
-                };
+                let stream = stream(base);
                 let src = data(n);
                 let mut codes = vec![0u8; n];
                 Box::new(move |e: Engine| {
@@ -427,10 +405,7 @@ fn quantizers(c: &mut Criterion) {
                 4.0,
                 0.5 + 1.0 / block as f64,
                 |n, base| {
-                    let stream = TensorStream {
-                        id: 1,
-                        index_base: base,
-                    };
+                    let stream = stream(base);
                     let src = data(n);
                     let (mut packed, mut scales) =
                         (vec![0u8; n.div_ceil(2)], vec![0u8; n.div_ceil(block)]);
@@ -486,10 +461,7 @@ fn sr_costs(c: &mut Criterion) {
             let read = passes * (wb + states * sb) + 2.0;
             let write = wb + states * sb;
             group(c, &format!("sr_{opt}_{storage}"), read, write, |n, base| {
-                let stream = TensorStream {
-                    id: 1,
-                    index_base: base,
-                };
+                let stream = stream(base);
                 let (mut top, mut trail, g) = split_model(n);
                 let mut w16 = top.clone();
                 let (mut a32, mut b32) = (vec![0.1f32; n], vec![0.1f32; n]);

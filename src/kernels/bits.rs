@@ -494,15 +494,22 @@ impl<V: Simd> RoundingBits<V> {
         }
     }
 
-    /// The bits a rounding with `rounding` consumes for the chunk at global `e`: [`Self::r16`] when
-    /// stochastic, zeros otherwise (the RNG runs only when its bits are used).
+    /// The bits a rounding with `rounding` consumes for the chunk at global `e`: [`Self::r16`]
+    /// (with `PREPARED`, [`Self::r16_prepared`]) when stochastic, zeros otherwise (the RNG runs
+    /// only when its bits are used).
     #[inline(always)]
-    pub unsafe fn for_rounding(&mut self, rounding: Rounding, e: u64) -> V::U {
+    pub unsafe fn for_rounding<const PREPARED: bool>(
+        &mut self,
+        rounding: Rounding,
+        e: u64,
+    ) -> V::U {
         unsafe {
-            if rounding == Rounding::Stochastic {
-                self.r16(e)
-            } else {
+            if rounding != Rounding::Stochastic {
                 V::splat_u(0)
+            } else if PREPARED {
+                self.r16_prepared(e)
+            } else {
+                self.r16(e)
             }
         }
     }
@@ -516,18 +523,6 @@ impl<V: Simd> RoundingBits<V> {
                 self.refill(e);
             }
             self.r16_prepared(e)
-        }
-    }
-
-    /// [`Self::for_rounding`] for a chunk whose block [`Self::prepare`] has filled.
-    #[inline(always)]
-    pub unsafe fn for_rounding_prepared(&mut self, rounding: Rounding, e: u64) -> V::U {
-        unsafe {
-            if rounding == Rounding::Stochastic {
-                self.r16_prepared(e)
-            } else {
-                V::splat_u(0)
-            }
         }
     }
 

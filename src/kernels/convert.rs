@@ -31,7 +31,7 @@ impl<V: Simd> NarrowK<V> {
     #[inline(always)]
     unsafe fn chunk(&mut self, s: *const f32, d: *mut u16, e: u64) {
         unsafe {
-            let r = self.rng.for_rounding(self.rounding, e);
+            let r = self.rng.for_rounding::<false>(self.rounding, e);
             let b = V::to_bits(V::load(s));
             match self.fmt {
                 // A chunk without NaN (nearly all) skips `to_bf16`'s NaN lanes: one compare and

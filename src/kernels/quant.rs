@@ -87,7 +87,7 @@ impl<V: Simd> ToFp8<V> {
     #[inline(always)]
     unsafe fn chunk(&mut self, s: *const f32, d: *mut u8, e: u64) {
         unsafe {
-            let r = self.rng.for_rounding(self.rounding, e);
+            let r = self.rng.for_rounding::<false>(self.rounding, e);
             let b = V::to_bits(V::load(s));
             let code = match self.fmt {
                 Fp8::E4M3 => to_small::<V, 3>(&E4M3_V, b, self.rounding, r),
@@ -287,7 +287,7 @@ impl<V: Simd> Fp4Codes<V> {
                 let next = V::gt_i32(V::iota(), V::splat_u((start - 1) as u32));
                 divisor = V::select(next, V::splat(*self.divisors.add(last)), divisor);
             }
-            let r = self.rng.for_rounding(self.rounding, e);
+            let r = self.rng.for_rounding::<false>(self.rounding, e);
             let x = if self.divide {
                 V::div(V::load(s), divisor)
             } else {

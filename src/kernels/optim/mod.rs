@@ -360,7 +360,7 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     #[inline(always)]
     unsafe fn encode(&self, v: V::F, rng: &mut RoundingBits<V>, e: u64) -> V::U {
         unsafe {
-            let r = rng.for_rounding_prepared(self.rounding(), e);
+            let r = rng.for_rounding::<true>(self.rounding(), e);
             to_bf16::<V>(V::to_bits(v), self.rounding(), r)
         }
     }
@@ -384,7 +384,7 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
                 let canonical = |x: &u32| !f32::from_bits(*x).is_nan() || *x == CANONICAL_NAN_F32;
                 debug_assert!(lanes[..V::LANES].iter().all(canonical));
             }
-            let r = rng.for_rounding_prepared(self.rounding(), e);
+            let r = rng.for_rounding::<true>(self.rounding(), e);
             V::store_u16_high(self.0.offset(off), to_bf16_high::<V>(b, self.rounding(), r));
         }
     }
