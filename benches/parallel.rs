@@ -4,8 +4,11 @@
 //! each thread count, next to a same-traffic copy loop run on the same pool (the roof).
 //!
 //! `cargo bench --bench parallel`; environment: `HALFSTEP_BENCH_THREADS=1,2` (pool sizes),
-//! `HALFSTEP_BENCH_WORKLOADS=64K,1M,16M,64M,gpt2` (workloads), `HALFSTEP_BENCH_OPTIMIZERS=sgd,lamb`
-//! (default all). A `grain` group times steps of 16K..512K elements with the group kept on the
+//! `HALFSTEP_BENCH_WORKLOADS=64K,256K,1M,4M,16M,64M,gpt2` (workloads),
+//! `HALFSTEP_BENCH_OPTIMIZERS=sgd,lamb` (default all), `HALFSTEP_BENCH_POOL=team|rayon` (default
+//! `team`: `Threads::calling_thread_pool`, the pool the PyTorch package steps on, with the roof cut
+//! into the step's own pieces by `Threads::for_each_piece`; `rayon`: `Threads::pool` on a rayon
+//! pool, the roof cut by `join`). A `grain` group times steps of 16K..512K elements with the group kept on the
 //! calling thread vs handed to the pool, which is how `DEFAULT_GRAIN` was chosen.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -15,6 +18,7 @@ use halfstep::{
 };
 use std::hint::black_box;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 fn env_list(name: &str, default: &str) -> Vec<String> {
@@ -121,7 +125,17 @@ struct StreamRoof {
     /// Per pass: the read-only and the updated buffers.
     passes: Vec<(Buffers, Buffers)>,
     n: usize,
+    /// The workload's tensors, laid end to end in the buffers: (elements, first element).
+    tensors: Vec<(usize, usize)>,
 }
+
+/// An updated buffer's words, shared by the team's pieces, each of which writes only its own.
+#[derive(Clone, Copy)]
+struct SharedWords(*mut u32, usize);
+// SAFETY: the pieces of `Threads::for_each_piece` are disjoint, so no word is written by two
+// threads (`StreamRoof::run_on`).
+unsafe impl Send for SharedWords {}
+unsafe impl Sync for SharedWords {}
 
 /// Elements per chunk of the roof loop (pieces are cut at multiples of it). Every stream advances
 /// by one chunk before the next: 256 elements are 8–16 cache lines per stream, so all streams are in
@@ -177,14 +191,25 @@ fn roof_piece(
         return x.wrapping_add(y);
     }
     let mut rw = rw;
+    roof_range(ro, &mut rw, lo, hi, how)
+}
+
+/// The roof over elements `lo..hi` on this thread.
+fn roof_range(
+    ro: &Buffers,
+    rw: &mut [(usize, &mut [u32])],
+    lo: usize,
+    hi: usize,
+    how: RoofLoop,
+) -> u32 {
     match how {
-        RoofLoop::Plain => roof_chunks::<false>(ro, &mut rw, lo, hi, 0),
+        RoofLoop::Plain => roof_chunks::<false>(ro, rw, lo, hi, 0),
         #[cfg(target_arch = "x86_64")]
         RoofLoop::Prefetched { ahead } if std::arch::is_x86_feature_detected!("avx2") => {
             // SAFETY: AVX2 is present (checked just above).
-            unsafe { roof_chunks_avx2(ro, &mut rw, lo, hi, ahead) }
+            unsafe { roof_chunks_avx2(ro, rw, lo, hi, ahead) }
         }
-        RoofLoop::Prefetched { ahead } => roof_chunks::<true>(ro, &mut rw, lo, hi, ahead),
+        RoofLoop::Prefetched { ahead } => roof_chunks::<true>(ro, rw, lo, hi, ahead),
     }
 }
 
@@ -252,14 +277,57 @@ fn roof_chunks<const PREFETCH: bool>(
 
 impl StreamRoof {
     /// `passes`: bytes per element of the read-only and of the updated buffers, per pass.
-    fn new(n: usize, passes: &[(&[usize], &[usize])]) -> StreamRoof {
+    fn new(sizes: &[usize], passes: &[(&[usize], &[usize])]) -> StreamRoof {
+        let n: usize = sizes.iter().sum();
         let buf = |&b: &usize| (b, vec![1u32; (n * b).div_ceil(4)]);
+        let mut first = 0;
+        let tensors = sizes
+            .iter()
+            .map(|&len| {
+                // Even starts: no two tensors' pieces share a word of a 16-bit buffer.
+                assert!(first % 2 == 0, "tensors of odd length");
+                first += len;
+                (len, first - len)
+            })
+            .collect();
         StreamRoof {
             passes: passes
                 .iter()
                 .map(|(ro, rw)| (ro.iter().map(buf).collect(), rw.iter().map(buf).collect()))
                 .collect(),
             n,
+            tensors,
+        }
+    }
+
+    /// The roof on `threads`, cut tensor by tensor into the pieces a step of the workload is cut
+    /// into there (every tensor's stream at index base 0, as `step`'s).
+    fn run_on(&mut self, threads: &Threads, how: RoofLoop) {
+        let pieces: Vec<(usize, u64)> = self.tensors.iter().map(|&(len, _)| (len, 0)).collect();
+        let firsts: Vec<usize> = self.tensors.iter().map(|&(_, first)| first).collect();
+        for (ro, rw) in &mut self.passes {
+            let shared: Vec<(usize, SharedWords)> = rw
+                .iter_mut()
+                .map(|(b, w)| (*b, SharedWords(w.as_mut_ptr(), w.len())))
+                .collect();
+            let sum = AtomicU32::new(0);
+            threads.for_each_piece(&pieces, |i, r| {
+                let (lo, hi) = (firsts[i] + r.start, firsts[i] + r.end);
+                let mut views: [(usize, &mut [u32]); 4] = Default::default();
+                for (view, &(b, SharedWords(p, len))) in views.iter_mut().zip(&shared) {
+                    let words = word_range(b, lo, hi);
+                    let words = words.start..words.end.min(len);
+                    // SAFETY: in bounds; pieces are disjoint and start at even elements (cut at
+                    // multiples of `SPLIT_ALIGN` within tensors that start at even elements), so
+                    // no word of a 16-bit buffer is in two pieces.
+                    *view = (b, unsafe {
+                        std::slice::from_raw_parts_mut(p.add(words.start), words.len())
+                    });
+                }
+                let x = roof_range(ro, &mut views[..shared.len()], lo, hi, how);
+                sum.fetch_add(x, Ordering::Relaxed);
+            });
+            black_box(sum.into_inner());
         }
     }
 
@@ -451,7 +519,12 @@ fn scaling(c: &mut Criterion) {
             .parse()
             .unwrap(),
     };
-    for w in env_list("HALFSTEP_BENCH_WORKLOADS", "64K,1M,16M,64M,gpt2") {
+    let rayon_pool = match env_list("HALFSTEP_BENCH_POOL", "team")[0].as_str() {
+        "team" => false,
+        "rayon" => true,
+        other => panic!("HALFSTEP_BENCH_POOL={other}: team or rayon"),
+    };
+    for w in env_list("HALFSTEP_BENCH_WORKLOADS", "64K,256K,1M,4M,16M,64M,gpt2") {
         let sizes = workload(&w);
         let n: usize = sizes.iter().sum();
         let mut model = Model::new(&sizes, wanted.iter().any(|o| o.starts_with("adamw")));
@@ -463,12 +536,20 @@ fn scaling(c: &mut Criterion) {
             let mut g = c.benchmark_group(format!("{}/{}B-per-elem/{w}", o.name, o.bytes()));
             g.throughput(Throughput::Elements(n as u64));
             configure(&mut g, n);
-            let mut roof = StreamRoof::new(n, o.passes);
+            let mut roof = StreamRoof::new(&sizes, o.passes);
             for &t in &threads {
-                let (p, th) = pool(t);
+                let (rayon, th) = if rayon_pool {
+                    let (p, th) = pool(t);
+                    (Some(p), th)
+                } else {
+                    (None, Threads::calling_thread_pool(t).unwrap())
+                };
                 for (id, how) in [("copy-roof", RoofLoop::Plain), ("copy-roof-pf", prefetched)] {
                     g.bench_function(BenchmarkId::new(id, format!("{t}T")), |b| {
-                        b.iter(|| p.install(|| roof.run(t, how)))
+                        b.iter(|| match &rayon {
+                            Some(p) => p.install(|| roof.run(t, how)),
+                            None => roof.run_on(&th, how),
+                        })
                     });
                 }
                 g.bench_function(BenchmarkId::new(e.backend().name(), format!("{t}T")), |b| {

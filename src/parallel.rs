@@ -162,6 +162,31 @@ impl Threads {
         self.grain
     }
 
+    /// Runs `f(i, range)` over the elements of a group of tensors, where tensor `i` has
+    /// `tensors[i].0` elements and global index base `tensors[i].1` (its stream's `index_base`),
+    /// cut into the pieces an element-wise step of that group is cut into on this pool and run on
+    /// its threads: each element in exactly one call, `range` within `0..tensors[i].0` and never
+    /// empty. For work of one's own that should run as the optimizer's steps do (a same-traffic
+    /// memory loop beside a step, a gradient scale) without a second pool.
+    pub fn for_each_piece(
+        &self,
+        tensors: &[(usize, u64)],
+        f: impl Fn(usize, std::ops::Range<usize>) + Sync,
+    ) {
+        let mut ts: Vec<RangePiece> = tensors
+            .iter()
+            .enumerate()
+            .filter(|&(_, &(len, _))| len > 0)
+            .map(|(tensor, &(len, base))| RangePiece {
+                tensor,
+                start: 0,
+                len,
+                base,
+            })
+            .collect();
+        for_group::<RangePieces, (), _>(self, &mut ts, (), &RangeLeaf(f));
+    }
+
     /// Runs `f` with how to cut the work: [`Split::Serial`] for [`Threads::current`] or a group
     /// within one grain, else the pool's way.
     pub(crate) fn run<R: Send>(&self, elements: usize, f: impl FnOnce(Split<'_>) -> R + Send) -> R {
@@ -192,6 +217,56 @@ impl Threads {
                 None => f(Split::Serial),
             },
         }
+    }
+}
+
+/// A piece of [`Threads::for_each_piece`]'s tensor `tensor`: elements `start .. start + len`,
+/// the first at global index `base`.
+#[derive(Clone, Copy)]
+struct RangePiece {
+    tensor: usize,
+    start: usize,
+    len: usize,
+    base: u64,
+}
+
+/// [`Pieces`] of index ranges.
+struct RangePieces;
+
+impl Pieces for RangePieces {
+    type Tensor<'a> = RangePiece;
+
+    fn tensor_len(t: &RangePiece) -> usize {
+        t.len
+    }
+    fn tensor_base(t: &RangePiece) -> u64 {
+        t.base
+    }
+    fn reborrow(t: &mut RangePiece) -> RangePiece {
+        *t
+    }
+    fn split_at<'s>(t: RangePiece, mid: usize) -> (RangePiece, RangePiece)
+    where
+        Self: 's,
+    {
+        (
+            RangePiece { len: mid, ..t },
+            RangePiece {
+                start: t.start + mid,
+                len: t.len - mid,
+                base: t.base + mid as u64,
+                ..t
+            },
+        )
+    }
+}
+
+/// [`Threads::for_each_piece`]'s closure on each piece.
+struct RangeLeaf<F>(F);
+
+impl<F: Fn(usize, std::ops::Range<usize>) + Sync> Leaf<RangePieces, ()> for RangeLeaf<F> {
+    fn run(&self, t: RangePiece, _: ()) {
+        (self.0)(t.tensor, t.start..t.start + t.len)
     }
 }
 

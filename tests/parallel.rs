@@ -3,6 +3,7 @@
 //! optimizer, and the same bits as stepping each tensor alone. With the finest grain, pools of
 //! several threads cut the larger tensors at many 2048-element boundaries (pieces of about
 //! elements / (4 × threads)), and teams give each member a share of at least 2048 elements.
+//! `Threads::for_each_piece` hands out every element once on each of those pools.
 
 mod common;
 use common::rng;
@@ -369,6 +370,43 @@ fn lamb_groups_give_the_same_bits_whether_or_not_the_workspace_keeps_directions(
                     bits(&kept),
                     "{} with {name}, combo {combo}",
                     e.backend()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn for_each_piece_covers_every_element_once_on_every_pool() {
+    // The group's shapes and an empty tensor: each element in exactly one call, within its
+    // tensor, on every pool; on a cut tensor the pieces start at multiples of SPLIT_ALIGN of the
+    // global index, as a step's.
+    let mut tensors: Vec<(usize, u64)> = SHAPES.iter().map(|&(n, base, _)| (n, base)).collect();
+    tensors.push((0, 9));
+    for (name, threads) in thread_setups() {
+        let seen: Vec<Vec<std::sync::atomic::AtomicU32>> = tensors
+            .iter()
+            .map(|&(n, _)| (0..n).map(|_| Default::default()).collect())
+            .collect();
+        threads.for_each_piece(&tensors, |i, r| {
+            assert!(
+                r.start < r.end && r.end <= tensors[i].0,
+                "{name}: {i} {r:?}"
+            );
+            if r.start > 0 {
+                let global = tensors[i].1 + r.start as u64;
+                assert_eq!(global % SPLIT_ALIGN as u64, 0, "{name}: {i} {r:?}");
+            }
+            for c in &seen[i][r] {
+                c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        for (i, s) in seen.iter().enumerate() {
+            for (e, c) in s.iter().enumerate() {
+                assert_eq!(
+                    c.load(std::sync::atomic::Ordering::Relaxed),
+                    1,
+                    "{name}: {i}[{e}]"
                 );
             }
         }
