@@ -432,7 +432,7 @@ impl<V: Simd> ChunkBody<V> for FillBlock<'_, V> {
     }
     /// As [`FillBits`]' run: whole spans from the AES rounds' registers, two stores per output
     /// word vector. A copy with its own store: written once for both fills, over a trait for the
-    /// store, the fills executed 3–30% more instructions (gungraun, AVX2: `random_bits` +30%).
+    /// store, the fills executed 4–30% more instructions (gungraun, AVX2: `random_bits` +30%).
     #[inline(always)]
     unsafe fn full_run(&mut self, mut off: isize, mut e: u64, end: u64) {
         unsafe {
