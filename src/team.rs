@@ -235,7 +235,7 @@ impl Entered<'_> {
         const { assert!(N <= 64, "one bit of `taken` per item") };
         let len = std::mem::replace(&mut batch.len, 0);
         let items = Items(batch.items.as_ptr());
-        let helpers = helpers.min(len.saturating_sub(1));
+        let helpers = helpers.min(len.saturating_sub(1)).min(self.size() - 1);
         let members = helpers + 1;
         let taken = AtomicU64::new(0);
         let run = |i: usize| {
