@@ -125,8 +125,10 @@ struct StreamRoof {
     /// Per pass: the read-only and the updated buffers.
     passes: Vec<(Buffers, Buffers)>,
     n: usize,
-    /// The workload's tensors, laid end to end in the buffers: (elements, first element).
-    tensors: Vec<(usize, usize)>,
+    /// The workload's tensors as `Threads::for_each_piece` takes them (every stream at index base
+    /// 0, as `step`'s), and where each starts in the buffers, which hold them end to end.
+    pieces: Vec<(usize, u64)>,
+    firsts: Vec<usize>,
 }
 
 /// An updated buffer's words, shared by the team's pieces, each of which writes only its own.
@@ -281,13 +283,13 @@ impl StreamRoof {
         let n: usize = sizes.iter().sum();
         let buf = |&b: &usize| (b, vec![1u32; (n * b).div_ceil(4)]);
         let mut first = 0;
-        let tensors = sizes
+        let firsts = sizes
             .iter()
             .map(|&len| {
                 // Even starts: no two tensors' pieces share a word of a 16-bit buffer.
                 assert!(first % 2 == 0, "tensors of odd length");
                 first += len;
-                (len, first - len)
+                first - len
             })
             .collect();
         StreamRoof {
@@ -296,25 +298,27 @@ impl StreamRoof {
                 .map(|(ro, rw)| (ro.iter().map(buf).collect(), rw.iter().map(buf).collect()))
                 .collect(),
             n,
-            tensors,
+            pieces: sizes.iter().map(|&len| (len, 0)).collect(),
+            firsts,
         }
     }
 
     /// The roof on `threads`, cut tensor by tensor into the pieces a step of the workload is cut
-    /// into there (every tensor's stream at index base 0, as `step`'s).
+    /// into there. Nothing is allocated here but `for_each_piece`'s descriptors.
     fn run_on(&mut self, threads: &Threads, how: RoofLoop) {
-        let pieces: Vec<(usize, u64)> = self.tensors.iter().map(|&(len, _)| (len, 0)).collect();
-        let firsts: Vec<usize> = self.tensors.iter().map(|&(_, first)| first).collect();
+        let (pieces, firsts) = (&self.pieces, &self.firsts);
         for (ro, rw) in &mut self.passes {
-            let shared: Vec<(usize, SharedWords)> = rw
-                .iter_mut()
-                .map(|(b, w)| (*b, SharedWords(w.as_mut_ptr(), w.len())))
-                .collect();
+            assert!(rw.len() <= 4, "at most four updated buffers");
+            let mut shared = [(0, SharedWords(std::ptr::null_mut(), 0)); 4];
+            for (s, (b, w)) in shared.iter_mut().zip(rw.iter_mut()) {
+                *s = (*b, SharedWords(w.as_mut_ptr(), w.len()));
+            }
+            let shared = &shared[..rw.len()];
             let sum = AtomicU32::new(0);
-            threads.for_each_piece(&pieces, |i, r| {
+            threads.for_each_piece(pieces, |i, r| {
                 let (lo, hi) = (firsts[i] + r.start, firsts[i] + r.end);
                 let mut views: [(usize, &mut [u32]); 4] = Default::default();
-                for (view, &(b, SharedWords(p, len))) in views.iter_mut().zip(&shared) {
+                for (view, &(b, SharedWords(p, len))) in views.iter_mut().zip(shared) {
                     let words = word_range(b, lo, hi);
                     let words = words.start..words.end.min(len);
                     // SAFETY: in bounds; pieces are disjoint and start at even elements (cut at

@@ -167,7 +167,8 @@ impl Threads {
     /// cut into the pieces an element-wise step of that group is cut into on this pool and run on
     /// its threads: each element in exactly one call, `range` within `0..tensors[i].0` and never
     /// empty. For work of one's own that should run as the optimizer's steps do (a same-traffic
-    /// memory loop beside a step, a gradient scale) without a second pool.
+    /// memory loop beside a step, a gradient scale) without a second pool. Allocates one
+    /// descriptor per tensor for the call (a step allocates nothing).
     pub fn for_each_piece(
         &self,
         tensors: &[(usize, u64)],
