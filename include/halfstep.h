@@ -171,6 +171,16 @@ typedef struct {
   float max_trust_ratio;
 } hs_lamb_config;
 
+// `GOMP_parallel`'s type: runs `f(data)` on each thread of a new team of `threads` threads (0: the
+// runtime's count), the caller as thread 0, and returns when every run has returned.
+typedef void (*hs_omp_parallel)(void (*f)(void *data),
+                                void *data,
+                                unsigned int threads,
+                                unsigned int flags);
+
+// `omp_get_thread_num`'s and `omp_get_max_threads`' type.
+typedef int (*hs_omp_count)(void);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -337,6 +347,21 @@ hs_threads *hs_threads_new(uint32_t n);
 // while one runs does its work on its own thread. NULL on failure (see `hs_last_error`): the
 // threads could not be started.
 hs_threads *hs_threads_calling_thread(uint32_t n);
+
+// Steps on the threads of the process's OpenMP runtime, the stepping thread one of them: pass its
+// `GOMP_parallel`, `omp_get_thread_num` and `omp_get_max_threads` (in a program built with
+// `-fopenmp`, the functions themselves; LLVM's and Intel's runtimes export these libgomp names
+// too), and `n` threads (`n == 0`: `omp_get_max_threads()` of the stepping thread, read at each
+// step; at most `HS_MAX_THREADS`). A process that already runs OpenMP work keeps its threads
+// spinning between regions; a team of halfstep's own (`hs_threads_calling_thread`) would compete
+// with them for the cores. The pieces are those of a team of the same size, with the same grain.
+// Steps may run from several threads at once and from inside a parallel region (a nested region,
+// whose size the runtime decides: often one thread). The runtime must stay loaded until the handle is freed (`hs_threads_free`). NULL on
+// failure (see `hs_last_error`): a NULL function, or `n` out of range.
+hs_threads *hs_threads_openmp(hs_omp_parallel parallel,
+                              hs_omp_count thread_num,
+                              hs_omp_count max_threads,
+                              uint32_t n);
 
 // Sets the grain of `threads`: steps over groups of at most `elements` elements run on the
 // calling thread alone, larger ones are cut into pieces of at least a quarter of it. It is

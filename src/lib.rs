@@ -29,7 +29,8 @@
 
 // Unsafe code lives only in `arch` (intrinsics), `kernels` (raw pointers inside the chunk
 // driver), `dispatch` (calling target-feature entry points after detection), `cpu` (CPUID),
-// `team` (jobs on the sender's stack, run by another thread) and `capi` (slices from the caller's
+// `team` (jobs on the sender's stack, run by another thread), `openmp` (the same, on an OpenMP
+// runtime's threads) and `capi` (slices from the caller's
 // checked pointers).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -44,6 +45,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod kernels;
+mod openmp;
 pub mod optim;
 mod parallel;
 pub mod quant;
@@ -56,6 +58,7 @@ mod tensors;
 pub use cpu::{ALL_BACKENDS, Backend, PREFETCH_ENV, software_prefetch};
 pub use dispatch::{BACKEND_ENV, Engine};
 pub use error::{Error, Result};
+pub use openmp::{OpenMp, ParallelFn};
 pub use optim::{
     AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Checkpoint, LambConfig, LambTensor,
     LambWorkspace, Optimizer, SgdConfig, SgdTensor, Step, adagrad_step, adam_step, lamb_step,

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use rayon_core::ThreadPool;
 
 use crate::error::{Error, Result};
+use crate::openmp::OpenMp;
 use crate::reference::norm::{NORM_BLOCK, spanned_blocks};
 use crate::team::{Batch, Entered, Team};
 use crate::tensors::Pieces;
@@ -67,6 +68,11 @@ enum Pool {
     Global,
     Caller(Arc<ThreadPool>),
     Team(Arc<Team>),
+    /// `threads` of them (0: the runtime's count at each step).
+    OpenMp {
+        omp: OpenMp,
+        threads: usize,
+    },
 }
 
 /// Where a step's work runs, and how finely it is cut. The bits never depend on it.
@@ -90,6 +96,9 @@ impl PartialEq for Threads {
                 (Pool::Current, Pool::Current) | (Pool::Global, Pool::Global) => true,
                 (Pool::Caller(a), Pool::Caller(b)) => Arc::ptr_eq(a, b),
                 (Pool::Team(a), Pool::Team(b)) => Arc::ptr_eq(a, b),
+                (Pool::OpenMp { omp: a, threads: m }, Pool::OpenMp { omp: b, threads: n }) => {
+                    a.same(b) && m == n
+                }
                 _ => false,
             }
     }
@@ -144,6 +153,22 @@ impl Threads {
             pool: Pool::Team(Arc::new(team)),
             grain: calling_thread_grain(n),
         })
+    }
+
+    /// Steps on the threads of an OpenMP runtime the process has loaded, `threads` of them (`0`:
+    /// as many as a parallel region started by the stepping thread would have, read at each step:
+    /// `omp_set_num_threads`, `torch.set_num_threads`), the stepping thread one of them. The
+    /// pieces are those of a [`Threads::calling_thread_pool`] of that size, with the same grain;
+    /// the runtime starts and joins the threads. Where a process already runs OpenMP work (PyTorch,
+    /// DeepSpeed), its threads are the ones awake between steps, and a team of halfstep's own would
+    /// compete with them for the cores (docs/DESIGN.md, "Parallel driver"). Steps may be called
+    /// from several threads at once, and from inside a parallel region (a nested region, whose size the
+    /// runtime decides: often one thread). None of this changes the bits.
+    pub fn openmp(omp: OpenMp, threads: usize) -> Threads {
+        Threads {
+            pool: Pool::OpenMp { omp, threads },
+            grain: calling_thread_grain(if threads == 0 { 2 } else { threads }),
+        }
     }
 
     /// The same pool with another grain (elements; rounded up to a multiple of [`SPLIT_ALIGN`]):
@@ -217,6 +242,16 @@ impl Threads {
                 // Another thread is stepping on this team: this step runs here, same bits.
                 None => f(Split::Serial),
             },
+            Pool::OpenMp { omp, threads } => {
+                let size = match threads {
+                    0 => omp.max_threads(),
+                    n => *n,
+                };
+                f(Split::Team {
+                    team: &Entered::openmp(omp, size),
+                    min: aligned(self.grain / 4),
+                })
+            }
         }
     }
 }

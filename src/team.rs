@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
+use crate::openmp::OpenMp;
+
 /// How long an idle member spins on its mailbox before it parks: longer than the gap between two
 /// calls of a loop that steps parameter groups one after another, shorter than a forward pass.
 pub const SPIN: Duration = Duration::from_micros(100);
@@ -63,7 +65,7 @@ struct Member {
     thread: OnceLock<Thread>,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     /// Index 0 is the stepping thread's place and is never sent to.
     members: Box<[Member]>,
     shutdown: AtomicBool,
@@ -130,7 +132,7 @@ impl Team {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
-        Some(Entered {
+        Some(Entered::Team {
             shared: &self.shared,
             _guard: guard,
         })
@@ -151,16 +153,33 @@ impl Drop for Team {
     }
 }
 
-/// The team held by one step.
-pub(crate) struct Entered<'t> {
-    shared: &'t Shared,
-    _guard: MutexGuard<'t, ()>,
+/// The threads one step runs on: a team held by the step, or a team of an OpenMP runtime.
+pub(crate) enum Entered<'t> {
+    Team {
+        shared: &'t Shared,
+        _guard: MutexGuard<'t, ()>,
+    },
+    OpenMp {
+        omp: &'t OpenMp,
+        size: usize,
+    },
 }
 
-impl Entered<'_> {
+impl<'t> Entered<'t> {
+    /// A step on `omp`'s threads, `size` of them (at least 1) the caller included.
+    pub(crate) fn openmp(omp: &'t OpenMp, size: usize) -> Self {
+        Entered::OpenMp {
+            omp,
+            size: size.max(1),
+        }
+    }
+
     /// The number of members, the caller included.
     pub(crate) fn size(&self) -> usize {
-        self.shared.members.len()
+        match self {
+            Entered::Team { shared, .. } => shared.members.len(),
+            Entered::OpenMp { size, .. } => *size,
+        }
     }
 
     /// Runs `f(member)` on this thread (member 0) and on up to `helpers` other members (members
@@ -172,6 +191,12 @@ impl Entered<'_> {
     /// are done.
     pub(crate) fn broadcast<F: Fn(usize) + Sync>(&self, helpers: usize, f: &F) {
         let helpers = helpers.min(self.size() - 1);
+        let shared = match self {
+            Entered::Team { shared, .. } => shared,
+            // The runtime's own hand-off: its threads run `f` as they start; a thread the system
+            // has not run meanwhile holds the region's end, not the items (`drain`).
+            Entered::OpenMp { omp, .. } => return omp.broadcast(helpers + 1, f),
+        };
         let job = SharedJob {
             header: Header {
                 execute: SharedJob::<F>::execute,
@@ -182,14 +207,14 @@ impl Entered<'_> {
         };
         // From the whole job, not its first field: the members read all of it.
         let header = &job as *const SharedJob<F> as *mut Header;
-        for member in &self.shared.members[1..=helpers] {
+        for member in &shared.members[1..=helpers] {
             member.mailbox.store(header, Ordering::Release);
             if let Some(t) = member.thread.get() {
                 t.unpark();
             }
         }
         let ran = catch_unwind(AssertUnwindSafe(|| f(0)));
-        for member in &self.shared.members[1..=helpers] {
+        for member in &shared.members[1..=helpers] {
             // Exactly one of this and the member's `swap` gets the pointer.
             if member
                 .mailbox
@@ -401,5 +426,116 @@ pub(crate) mod checks {
         );
         drop(entered);
         assert!(team.enter().is_some());
+    }
+
+    std::thread_local!(static MEMBER: std::cell::Cell<std::ffi::c_int> = const { std::cell::Cell::new(0) });
+
+    /// A runtime with libgomp's entry points: each region starts its threads afresh, numbers them
+    /// `0..n` with the caller as 0, and returns when all have returned.
+    unsafe extern "C" fn parallel(
+        f: unsafe extern "C" fn(*mut std::ffi::c_void),
+        data: *mut std::ffi::c_void,
+        threads: std::ffi::c_uint,
+        _flags: std::ffi::c_uint,
+    ) {
+        let data = data as usize;
+        thread::scope(|s| {
+            for member in 1..threads.max(1) {
+                s.spawn(move || {
+                    MEMBER.set(member as std::ffi::c_int);
+                    // SAFETY: the region's function and data, alive until the scope ends.
+                    unsafe { f(data as *mut std::ffi::c_void) }
+                });
+            }
+            // SAFETY: as above.
+            unsafe { f(data as *mut std::ffi::c_void) };
+        });
+    }
+
+    /// [`parallel`] with 3 threads whatever the region asks for.
+    unsafe extern "C" fn parallel_of_three(
+        f: unsafe extern "C" fn(*mut std::ffi::c_void),
+        data: *mut std::ffi::c_void,
+        _threads: std::ffi::c_uint,
+        flags: std::ffi::c_uint,
+    ) {
+        // SAFETY: the caller's region.
+        unsafe { parallel(f, data, 3, flags) }
+    }
+
+    unsafe extern "C" fn thread_num() -> std::ffi::c_int {
+        MEMBER.get()
+    }
+
+    unsafe extern "C" fn max_threads() -> std::ffi::c_int {
+        3
+    }
+
+    /// The stand-in runtime of [`parallel`], [`thread_num`] and [`max_threads`].
+    pub(crate) fn stand_in() -> OpenMp {
+        // SAFETY: the three behave as libgomp's and live as long as the program.
+        unsafe { OpenMp::new(parallel, thread_num, max_threads) }
+    }
+
+    /// The same on an OpenMP runtime's threads: every item once at every batch length, a panic in
+    /// one member reaches the caller, and a runtime that gives a region more threads than asked
+    /// (3 where a step of 2 members asked for 2) still gives every item to one taker.
+    pub(crate) fn openmp_every_item_once_and_panics_reach_the_caller() {
+        let omp = stand_in();
+        assert_eq!(omp.max_threads(), 3);
+        for size in [1, 2, 3] {
+            let entered = Entered::openmp(&omp, size);
+            for len in [0, 1, 2, 5, 16] {
+                let seen: Vec<AtomicU32> = (0..16).map(|_| AtomicU32::new(0)).collect();
+                let mut batch = Batch::<usize, 16>::new();
+                for i in 0..len {
+                    batch.push(i);
+                }
+                entered.drain(size - 1, &mut batch, &|i| {
+                    seen[i].fetch_add(1, Ordering::Relaxed);
+                });
+                let counts: Vec<u32> = seen.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+                assert!(
+                    counts[..len].iter().all(|&c| c == 1),
+                    "{size} {len}: {counts:?}"
+                );
+                assert!(
+                    counts[len..].iter().all(|&c| c == 0),
+                    "{size} {len}: {counts:?}"
+                );
+            }
+        }
+        let entered = Entered::openmp(&omp, 3);
+        let mut batch = Batch::<usize, 16>::new();
+        for i in 0..8 {
+            batch.push(i);
+        }
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            entered.drain(2, &mut batch, &|i| assert_ne!(i, 5, "item 5"));
+        }));
+        assert!(caught.is_err(), "the panic of item 5 was lost");
+        let members: Vec<AtomicU32> = (0..3).map(|_| AtomicU32::new(0)).collect();
+        omp.broadcast(2, &|m| {
+            members[m].fetch_add(1, Ordering::Relaxed);
+        });
+        let members: Vec<u32> = members.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        assert_eq!(
+            members,
+            [1, 1, 0],
+            "a region of 2 threads: members 0 and 1 once each"
+        );
+        // A runtime that gives a region 3 threads where 2 were asked for: the third is numbered 1.
+        // SAFETY: as above.
+        let wide = unsafe { OpenMp::new(parallel_of_three, thread_num, max_threads) };
+        let seen: Vec<AtomicU32> = (0..16).map(|_| AtomicU32::new(0)).collect();
+        let mut batch = Batch::<usize, 16>::new();
+        for i in 0..16 {
+            batch.push(i);
+        }
+        Entered::openmp(&wide, 2).drain(1, &mut batch, &|i| {
+            seen[i].fetch_add(1, Ordering::Relaxed);
+        });
+        let counts: Vec<u32> = seen.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        assert!(counts.iter().all(|&c| c == 1), "{counts:?}");
     }
 }

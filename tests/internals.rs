@@ -24,6 +24,11 @@ fn team_hand_out() {
 }
 
 #[test]
+fn openmp_hand_out() {
+    internals::openmp_hand_out();
+}
+
+#[test]
 fn grain_is_rounded_to_the_split_alignment() {
     use halfstep::{DEFAULT_GRAIN, SPLIT_ALIGN, Threads};
     assert_eq!(Threads::current().with_grain(1).grain(), SPLIT_ALIGN);

@@ -1,5 +1,5 @@
 //! Thread-count invariance: a group step gives the same bits on 1, 2, 3, 4, 7 and 16 threads (rayon
-//! pools and teams, and on the calling thread, and on rayon's global pool), for every backend and
+//! pools, teams and an OpenMP-like runtime, and on the calling thread, and on rayon's global pool), for every backend and
 //! optimizer, and the same bits as stepping each tensor alone. With the finest grain, pools of
 //! several threads cut the larger tensors at many 2048-element boundaries (pieces of about
 //! elements / (4 × threads)), and teams give each member a share of at least 2048 elements.
@@ -7,10 +7,11 @@
 
 mod common;
 use common::rng;
-use halfstep::fuzzing::{Case, Kinds, OptimizerStep, TensorData};
+use halfstep::fuzzing::{Case, Kinds, OptimizerStep, TensorData, internals};
 use halfstep::{
-    AdagradConfig, AdamConfig, Backend, Engine, LambConfig, LambTensor, LambWorkspace, Optimizer,
-    Replica, SPLIT_ALIGN, SgdConfig, StepContext, TensorStream, Threads, calling_thread_grain,
+    AdagradConfig, AdamConfig, Backend, Engine, LambConfig, LambTensor, LambWorkspace, OpenMp,
+    Optimizer, Replica, SPLIT_ALIGN, SgdConfig, StepContext, TensorStream, Threads,
+    calling_thread_grain,
 };
 use rand_core::Rng;
 use std::sync::Arc;
@@ -50,8 +51,25 @@ fn thread_setups() -> Vec<(String, Threads)> {
         let team = Threads::calling_thread_pool(n).unwrap();
         v.push((format!("team of {n}"), team.clone()));
         v.push((format!("team of {n}, finest grain"), team.with_grain(1)));
+        let omp = Threads::openmp(openmp_like(), n);
+        v.push((format!("OpenMP-like runtime, {n} threads"), omp.clone()));
+        v.push((
+            format!("OpenMP-like runtime, {n} threads, finest grain"),
+            omp.with_grain(1),
+        ));
     }
+    v.push((
+        "OpenMP-like runtime, its own count (3)".to_string(),
+        Threads::openmp(openmp_like(), 0).with_grain(1),
+    ));
     v
+}
+
+/// A stand-in with libgomp's entry points, for `Threads::openmp` where no OpenMP runtime is linked
+/// (tests/c/openmp.c steps on a real one): each region starts its threads afresh, numbers them
+/// `0..n` with the caller as 0, and returns when all have returned; its own count is 3.
+fn openmp_like() -> OpenMp {
+    internals::openmp_stand_in()
 }
 
 /// (length, index base) of the group's tensors: tiny, odd, straddling norm blocks, several
@@ -265,6 +283,11 @@ fn optimizer_runs_agree_across_pools_over_several_steps() {
             one,
             "team of {n}"
         );
+        assert_eq!(
+            run(Threads::openmp(openmp_like(), n).with_grain(1)),
+            one,
+            "OpenMP-like runtime, {n} threads"
+        );
     }
 }
 
@@ -279,6 +302,23 @@ fn a_team_stepped_from_several_threads_at_once_gives_the_same_bits() {
             s.spawn(move || {
                 for _ in 0..4 {
                     assert_groups_match(cases, &format!("team of 4, caller {k}"), team);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn an_openmp_runtime_stepped_from_several_threads_at_once_gives_the_same_bits() {
+    // Each step is a region of its own, as OpenMP runs regions started by different threads.
+    let cases = oracle();
+    let omp = Threads::openmp(openmp_like(), 4).with_grain(1);
+    std::thread::scope(|s| {
+        for k in 0..3 {
+            let (cases, omp) = (&cases, &omp);
+            s.spawn(move || {
+                for _ in 0..2 {
+                    assert_groups_match(cases, &format!("OpenMP-like runtime, caller {k}"), omp);
                 }
             });
         }

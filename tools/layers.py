@@ -25,7 +25,7 @@ LAYERS = [
                               "reference/adam", "reference/lamb"]),
     ("arch", ["arch", "arch/*"]),
     ("kernels", ["kernels", "kernels/*"]),
-    ("parallel", ["team", "parallel"]),
+    ("parallel", ["openmp", "team", "parallel"]),
     ("dispatch", ["dispatch"]),
     ("safe API", ["optim", "optim/*", "convert", "quant"]),
     ("C ABI, fuzzing hooks, crate root", ["capi", "capi/*", "fuzzing", "fuzzing/*", "lib"]),

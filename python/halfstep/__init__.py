@@ -16,10 +16,12 @@ its own (keyword-only):
 - ``seed``: the run's seed (0 <= seed < 2**64), saved in ``state_dict()``.
 - ``replica``: None (every replica rounds with the same bits, so data-parallel replicas stay
   identical) or 0..65534 (this replica's own bits).
-- ``threads``: None (each step runs on halfstep's global thread pool) or n >= 1 (a team of n
-  threads of the optimizer's own, the stepping thread one of them, whose other threads spin briefly
-  between steps, as an OpenMP team does; 1 keeps every step on the stepping thread). Threads never
-  change a bit.
+- ``threads``: None (each step runs on as many threads as ``torch.get_num_threads()``) or n >= 1
+  (n threads; 1 keeps every step on the stepping thread). The threads are those of the OpenMP
+  runtime torch's CPU operators run on, the stepping thread one of them: the threads that are awake
+  between torch's operators, which DeepSpeed's and IPEX's CPU optimizers use too. Where torch does
+  not run on OpenMP, None steps on halfstep's global thread pool and n on a team of n threads of
+  the optimizer's own, whose other threads spin briefly between steps. Threads never change a bit.
 
 The random bits are a function of (seed, the parameter's step, the parameter's index among all
 the optimizer's parameters, the element, replica). Each parameter keeps its own step count in
@@ -47,7 +49,8 @@ import torch
 
 __version__ = "0.1.0"
 
-__all__ = ["SGD", "Adagrad", "AdamW", "Adam", "LAMB", "library", "round_to_bf16", "__version__"]
+__all__ = ["SGD", "Adagrad", "AdamW", "Adam", "LAMB", "library", "openmp_entry_points", "round_to_bf16",
+           "__version__"]
 
 # --- the C ABI (include/halfstep.h; python/tests checks these against it field by field) ---------
 
@@ -148,6 +151,8 @@ def library():
         lib.hs_threads_new.restype = ctypes.c_void_p
         lib.hs_threads_calling_thread.argtypes = [ctypes.c_uint32]
         lib.hs_threads_calling_thread.restype = ctypes.c_void_p
+        lib.hs_threads_openmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32]
+        lib.hs_threads_openmp.restype = ctypes.c_void_p
         lib.hs_threads_free.argtypes = [ctypes.c_void_p]
         lib.hs_threads_set_grain.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.hs_threads_set_grain.restype = ctypes.c_int
@@ -161,6 +166,44 @@ def library():
         lib.hs_f32_to_16.restype = ctypes.c_int
         _lib = lib
     return _lib
+
+
+_OPENMP_NAMES = ("GOMP_parallel", "omp_get_thread_num", "omp_get_max_threads")
+_torch_threads = None
+
+
+@functools.cache
+def openmp_entry_points():
+    """The addresses of ``GOMP_parallel``, ``omp_get_thread_num`` and ``omp_get_max_threads`` of
+    the OpenMP runtime torch's CPU operators run on, or None where torch does not run on OpenMP
+    (``torch.__config__.parallel_info()``) or its library does not link one. Looked up through
+    torch's own library, so that they are those of the runtime torch uses even where the process
+    has loaded another (a C++ extension built against the system's libgomp)."""
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return None
+    libdir = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "lib")
+    for pattern in ("libtorch_cpu.so", "libtorch_cpu.dylib", "libtorch_cpu*.so*"):
+        for path in sorted(glob.glob(os.path.join(libdir, pattern))):
+            try:
+                # Already loaded by torch: the same handle, whose lookups search what it links.
+                handle = ctypes.CDLL(path)
+                found = tuple(ctypes.cast(getattr(handle, name), ctypes.c_void_p).value for name in _OPENMP_NAMES)
+            except (OSError, AttributeError):
+                continue
+            if all(found):
+                return found
+    return None
+
+
+def _torch_pool():
+    """The `hs_threads *` on torch's OpenMP runtime (its thread count read at each step), made once
+    and shared by every optimizer (the runtime stays loaded with torch); None where there is none."""
+    global _torch_threads
+    if _torch_threads is None:
+        found = openmp_entry_points()
+        handle = library().hs_threads_openmp(*found, 0) if found else None
+        _torch_threads = handle or False
+    return _torch_threads or None
 
 
 def _check(status, *what):
@@ -677,11 +720,17 @@ class _Halfstep(torch.optim.Optimizer):
     def _pool(self):
         """The `hs_threads *` steps run on (None: the global pool), made on the first step."""
         if self._threads_wanted is None:
-            return None
+            return _torch_pool()
         if not self._threads:
             n = self._threads_wanted
             lib = library()
-            self._threads = lib.hs_threads_new(1) if n == 1 else lib.hs_threads_calling_thread(n)
+            omp = openmp_entry_points() if n > 1 else None
+            if n == 1:
+                self._threads = lib.hs_threads_new(1)
+            elif omp:
+                self._threads = lib.hs_threads_openmp(*omp, n)
+            else:
+                self._threads = lib.hs_threads_calling_thread(n)
             if not self._threads:
                 raise ValueError(f"halfstep threads={n}: {lib.hs_last_error().decode(errors='replace')}")
         return self._threads

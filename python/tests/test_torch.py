@@ -110,9 +110,18 @@ class Bf16Rounding(unittest.TestCase):
 
 
 class Threads(unittest.TestCase):
-    """`threads` moves work between threads, never bits: the global pool, the stepping thread alone
-    and teams of 2 and 3 (each optimizer its own, made on this thread) give the same parameters and
-    states."""
+    """`threads` moves work between threads, never bits: torch's OpenMP runtime on 3 threads, the
+    stepping thread alone and teams of 2 and 3 (each optimizer its own, made on this thread) give the
+    same parameters and states."""
+
+    def test_torch_openmp_runtime_is_found_where_torch_runs_on_it(self):
+        # PyTorch's Linux wheels run on OpenMP: there the lookup must succeed, or threads=None would
+        # quietly step on the global pool.
+        if sys.platform.startswith("linux"):
+            self.assertIn("parallel backend: OpenMP", torch.__config__.parallel_info())
+            found = halfstep.openmp_entry_points()
+            self.assertIsNotNone(found)
+            self.assertTrue(all(found))
 
     def test_every_threads_setting_gives_the_same_bits(self):
         def bits(t):  # bf16 as its 16-bit patterns
@@ -136,7 +145,12 @@ class Threads(unittest.TestCase):
                 for _ in range(3):
                     opt.zero_grad()
                     model(x.to(torch.bfloat16)).float().square().mean().backward()
-                    opt.step()
+                    # threads=None: as many of the OpenMP runtime's threads as torch uses.
+                    torch.set_num_threads(3 if threads is None else 1)
+                    try:
+                        opt.step()
+                    finally:
+                        torch.set_num_threads(1)
                 results.append([p.detach().clone() for p in model.parameters()]
                                + [t.clone() for st in opt.state.values() for t in st.values()])
             for got in results[1:]:

@@ -1,6 +1,9 @@
-//! Thread pools (`hs_threads`): rayon's global pool, a new pool, or a team the calling thread is one of.
+//! Thread pools (`hs_threads`): rayon's global pool, a new pool, a team the calling thread is one
+//! of, or the process's OpenMP runtime.
 
 use super::*;
+use crate::OpenMp;
+use std::ffi::{c_int, c_uint, c_void};
 
 /// Where group steps run (opaque): `hs_threads_new`.
 pub struct hs_threads(pub(super) Threads);
@@ -49,6 +52,49 @@ pub extern "C" fn hs_threads_calling_thread(n: u32) -> *mut hs_threads {
     guard_new(|| {
         check_threads(n)?;
         Ok(hs_threads(Threads::calling_thread_pool(n as usize)?))
+    })
+}
+
+/// `GOMP_parallel`'s type: runs `f(data)` on each thread of a new team of `threads` threads (0: the
+/// runtime's count), the caller as thread 0, and returns when every run has returned.
+pub type hs_omp_parallel = Option<
+    unsafe extern "C" fn(
+        f: unsafe extern "C" fn(data: *mut c_void),
+        data: *mut c_void,
+        threads: c_uint,
+        flags: c_uint,
+    ),
+>;
+
+/// `omp_get_thread_num`'s and `omp_get_max_threads`' type.
+pub type hs_omp_count = Option<unsafe extern "C" fn() -> c_int>;
+
+/// Steps on the threads of the process's OpenMP runtime, the stepping thread one of them: pass its
+/// `GOMP_parallel`, `omp_get_thread_num` and `omp_get_max_threads` (in a program built with
+/// `-fopenmp`, the functions themselves; LLVM's and Intel's runtimes export these libgomp names
+/// too), and `n` threads (`n == 0`: `omp_get_max_threads()` of the stepping thread, read at each
+/// step; at most `HS_MAX_THREADS`). A process that already runs OpenMP work keeps its threads
+/// spinning between regions; a team of halfstep's own (`hs_threads_calling_thread`) would compete
+/// with them for the cores. The pieces are those of a team of the same size, with the same grain.
+/// Steps may run from several threads at once and from inside a parallel region (a nested region,
+/// whose size the runtime decides: often one thread). The runtime must stay loaded until the handle is freed (`hs_threads_free`). NULL on
+/// failure (see `hs_last_error`): a NULL function, or `n` out of range.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_threads_openmp(
+    parallel: hs_omp_parallel,
+    thread_num: hs_omp_count,
+    max_threads: hs_omp_count,
+    n: u32,
+) -> *mut hs_threads {
+    guard_new(|| {
+        check_threads(n)?;
+        let null = |name: &str| Fail(HS_NULL_POINTER, format!("{name} is NULL"));
+        let parallel = parallel.ok_or_else(|| null("parallel"))?;
+        let thread_num = thread_num.ok_or_else(|| null("thread_num"))?;
+        let max_threads = max_threads.ok_or_else(|| null("max_threads"))?;
+        // SAFETY: this function's contract: the caller's OpenMP runtime, loaded while the handle lives.
+        let omp = unsafe { OpenMp::new(parallel, thread_num, max_threads) };
+        Ok(hs_threads(Threads::openmp(omp, n as usize)))
     })
 }
 

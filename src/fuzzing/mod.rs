@@ -285,4 +285,15 @@ pub mod internals {
     pub fn team_hand_out() {
         crate::team::checks::every_item_once_and_panics_reach_the_caller();
     }
+
+    /// The same on an OpenMP runtime's threads (a stand-in with libgomp's entry points).
+    pub fn openmp_hand_out() {
+        crate::team::checks::openmp_every_item_once_and_panics_reach_the_caller();
+    }
+
+    /// A stand-in for an OpenMP runtime, with libgomp's entry points: each region starts its
+    /// threads afresh and numbers them `0..n`, the caller as 0; its own count is 3.
+    pub fn openmp_stand_in() -> crate::OpenMp {
+        crate::team::checks::stand_in()
+    }
 }
