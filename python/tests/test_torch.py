@@ -110,9 +110,9 @@ class Bf16Rounding(unittest.TestCase):
 
 
 class Threads(unittest.TestCase):
-    """`threads` moves work between threads, never bits: torch's OpenMP runtime on 3 threads, the
-    stepping thread alone and teams of 2 and 3 (each optimizer its own, made on this thread) give the
-    same parameters and states."""
+    """`threads` moves work between threads, never bits: None (torch's thread count, 3 here), 2 and 3
+    threads (on torch's OpenMP runtime where torch runs on it, else the global pool and teams of the
+    optimizer's own) and the stepping thread alone give the same parameters and states."""
 
     def test_torch_openmp_runtime_is_found_where_torch_runs_on_it(self):
         # PyTorch's Linux wheels run on OpenMP: there the lookup must succeed, or threads=None would

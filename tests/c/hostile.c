@@ -37,6 +37,14 @@ static void fill(void) {
         for (int i = 0; i < 3 * N; i++) f32s(k)[i] = (float)((i * 7 + k) % 13 - 6) * 0.0625f;
 }
 
+/* An OpenMP runtime of one thread: enough to construct an `hs_threads_openmp` handle. */
+static void serial_region(void (*f)(void *), void *data, unsigned threads, unsigned flags) {
+    (void)threads;
+    (void)flags;
+    f(data);
+}
+static int one_thread(void) { return 1; }
+
 static void expect(hs_status got, hs_status want, int line, const char *what) {
     cases++;
     const char *msg = hs_last_error();
@@ -370,6 +378,28 @@ static void threads_and_checkpoints(void) {
     t = hs_threads_calling_thread(UINT32_MAX);
     if (t != NULL || hs_last_error()[0] == '\0') {
         fprintf(stderr, "hostile: hs_threads_calling_thread(UINT32_MAX) was not refused\n");
+        failures++;
+    }
+    /* hs_threads_openmp: a NULL entry point, or too many threads (a runtime of one thread stands in). */
+    cases += 4;
+    t = hs_threads_openmp(NULL, one_thread, one_thread, 2);
+    if (t != NULL || hs_last_error()[0] == '\0') {
+        fprintf(stderr, "hostile: hs_threads_openmp with a NULL GOMP_parallel was not refused\n");
+        failures++;
+    }
+    t = hs_threads_openmp(serial_region, NULL, one_thread, 2);
+    if (t != NULL || hs_last_error()[0] == '\0') {
+        fprintf(stderr, "hostile: hs_threads_openmp with a NULL omp_get_thread_num was not refused\n");
+        failures++;
+    }
+    t = hs_threads_openmp(serial_region, one_thread, NULL, 0);
+    if (t != NULL || hs_last_error()[0] == '\0') {
+        fprintf(stderr, "hostile: hs_threads_openmp with a NULL omp_get_max_threads was not refused\n");
+        failures++;
+    }
+    t = hs_threads_openmp(serial_region, one_thread, one_thread, HS_MAX_THREADS + 1);
+    if (t != NULL || hs_last_error()[0] == '\0') {
+        fprintf(stderr, "hostile: hs_threads_openmp(HS_MAX_THREADS + 1) was not refused\n");
         failures++;
     }
     t = hs_threads_new(2);
