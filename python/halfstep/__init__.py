@@ -718,7 +718,8 @@ class _Halfstep(torch.optim.Optimizer):
         return ctypes.byref(cfg)
 
     def _pool(self):
-        """The `hs_threads *` steps run on (None: the global pool), made on the first step."""
+        """The `hs_threads *` steps run on (None: the global pool), made on the first step: torch's OpenMP
+        runtime where torch runs on one, else the global pool (threads=None) or a team of its own."""
         if self._threads_wanted is None:
             return _torch_pool()
         if not self._threads:
