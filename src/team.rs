@@ -386,6 +386,45 @@ pub(crate) mod checks {
 
     /// Every item of a batch is taken exactly once, by any member, at every batch length; a panic
     /// in one member reaches the caller after the others are done, and the team steps on.
+    /// How many times each of 16 slots was taken when `entered` drains a batch of items
+    /// `0..len` with `helpers` helpers.
+    fn drain_counts(entered: &Entered<'_>, helpers: usize, len: usize) -> Vec<u32> {
+        let seen: Vec<AtomicU32> = (0..16).map(|_| AtomicU32::new(0)).collect();
+        let mut batch = Batch::<usize, 16>::new();
+        for i in 0..len {
+            batch.push(i);
+        }
+        assert_eq!(batch.is_full(), len == 16);
+        entered.drain(helpers, &mut batch, &|i| {
+            seen[i].fetch_add(1, Ordering::Relaxed);
+        });
+        seen.iter().map(|c| c.load(Ordering::Relaxed)).collect()
+    }
+
+    /// Items `..len` taken once each, the rest never.
+    fn assert_each_taken_once(counts: &[u32], len: usize, what: &str) {
+        assert!(
+            counts[..len].iter().all(|&c| c == 1),
+            "{what}, {len}: {counts:?}"
+        );
+        assert!(
+            counts[len..].iter().all(|&c| c == 0),
+            "{what}, {len}: {counts:?}"
+        );
+    }
+
+    /// A panic in the run of item 5 of 8 reaches the caller of `drain`.
+    fn a_panic_reaches_the_caller(entered: &Entered<'_>, helpers: usize) {
+        let mut batch = Batch::<usize, 16>::new();
+        for i in 0..8 {
+            batch.push(i);
+        }
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            entered.drain(helpers, &mut batch, &|i| assert_ne!(i, 5, "item 5"));
+        }));
+        assert!(caught.is_err(), "the panic of item 5 was lost");
+    }
+
     pub(crate) fn every_item_once_and_panics_reach_the_caller() {
         let team = Team::new(4).unwrap();
         let entered = team.enter().unwrap();
@@ -394,27 +433,9 @@ pub(crate) mod checks {
             "a second step while one holds the team"
         );
         for len in [0, 1, 2, 5, 16] {
-            let seen: Vec<AtomicU32> = (0..16).map(|_| AtomicU32::new(0)).collect();
-            let mut batch = Batch::<usize, 16>::new();
-            for i in 0..len {
-                batch.push(i);
-            }
-            assert_eq!(batch.is_full(), len == 16);
-            entered.drain(3, &mut batch, &|i| {
-                seen[i].fetch_add(1, Ordering::Relaxed);
-            });
-            let counts: Vec<u32> = seen.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-            assert!(counts[..len].iter().all(|&c| c == 1), "{len}: {counts:?}");
-            assert!(counts[len..].iter().all(|&c| c == 0), "{len}: {counts:?}");
+            assert_each_taken_once(&drain_counts(&entered, 3, len), len, "team of 4");
         }
-        let mut batch = Batch::<usize, 16>::new();
-        for i in 0..8 {
-            batch.push(i);
-        }
-        let caught = catch_unwind(AssertUnwindSafe(|| {
-            entered.drain(3, &mut batch, &|i| assert_ne!(i, 5, "item 5"));
-        }));
-        assert!(caught.is_err(), "the panic of item 5 was lost");
+        a_panic_reaches_the_caller(&entered, 3);
         let ran = AtomicU32::new(0);
         entered.broadcast(3, &|_| {
             ran.fetch_add(1, Ordering::Relaxed);
@@ -486,34 +507,11 @@ pub(crate) mod checks {
         for size in [1, 2, 3] {
             let entered = Entered::openmp(&omp, size);
             for len in [0, 1, 2, 5, 16] {
-                let seen: Vec<AtomicU32> = (0..16).map(|_| AtomicU32::new(0)).collect();
-                let mut batch = Batch::<usize, 16>::new();
-                for i in 0..len {
-                    batch.push(i);
-                }
-                entered.drain(size - 1, &mut batch, &|i| {
-                    seen[i].fetch_add(1, Ordering::Relaxed);
-                });
-                let counts: Vec<u32> = seen.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-                assert!(
-                    counts[..len].iter().all(|&c| c == 1),
-                    "{size} {len}: {counts:?}"
-                );
-                assert!(
-                    counts[len..].iter().all(|&c| c == 0),
-                    "{size} {len}: {counts:?}"
-                );
+                let what = format!("OpenMP, {size} threads");
+                assert_each_taken_once(&drain_counts(&entered, size - 1, len), len, &what);
             }
         }
-        let entered = Entered::openmp(&omp, 3);
-        let mut batch = Batch::<usize, 16>::new();
-        for i in 0..8 {
-            batch.push(i);
-        }
-        let caught = catch_unwind(AssertUnwindSafe(|| {
-            entered.drain(2, &mut batch, &|i| assert_ne!(i, 5, "item 5"));
-        }));
-        assert!(caught.is_err(), "the panic of item 5 was lost");
+        a_panic_reaches_the_caller(&Entered::openmp(&omp, 3), 2);
         let members: Vec<AtomicU32> = (0..3).map(|_| AtomicU32::new(0)).collect();
         omp.broadcast(2, &|m| {
             members[m].fetch_add(1, Ordering::Relaxed);
@@ -525,17 +523,9 @@ pub(crate) mod checks {
             "a region of 2 threads: members 0 and 1 once each"
         );
         // A runtime that gives a region 3 threads where 2 were asked for: the third is numbered 1.
-        // SAFETY: as above.
+        // SAFETY: libgomp's behaviour but for the count; the functions live as long as the program.
         let wide = unsafe { OpenMp::new(parallel_of_three, thread_num, max_threads) };
-        let seen: Vec<AtomicU32> = (0..16).map(|_| AtomicU32::new(0)).collect();
-        let mut batch = Batch::<usize, 16>::new();
-        for i in 0..16 {
-            batch.push(i);
-        }
-        Entered::openmp(&wide, 2).drain(1, &mut batch, &|i| {
-            seen[i].fetch_add(1, Ordering::Relaxed);
-        });
-        let counts: Vec<u32> = seen.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let counts = drain_counts(&Entered::openmp(&wide, 2), 1, 16);
         assert!(counts.iter().all(|&c| c == 1), "{counts:?}");
     }
 }

@@ -291,17 +291,15 @@ fn optimizer_runs_agree_across_pools_over_several_steps() {
     }
 }
 
-#[test]
-fn a_team_stepped_from_several_threads_at_once_gives_the_same_bits() {
-    // One step holds the team; a step called meanwhile from another thread runs on that thread.
+/// Three threads step the same groups on `threads` at once, `rounds` times each.
+fn steps_from_three_threads_at_once(threads: &Threads, name: &str, rounds: usize) {
     let cases = oracle();
-    let team = Threads::calling_thread_pool(4).unwrap().with_grain(1);
     std::thread::scope(|s| {
         for k in 0..3 {
-            let (cases, team) = (&cases, &team);
+            let cases = &cases;
             s.spawn(move || {
-                for _ in 0..4 {
-                    assert_groups_match(cases, &format!("team of 4, caller {k}"), team);
+                for _ in 0..rounds {
+                    assert_groups_match(cases, &format!("{name}, caller {k}"), threads);
                 }
             });
         }
@@ -309,20 +307,17 @@ fn a_team_stepped_from_several_threads_at_once_gives_the_same_bits() {
 }
 
 #[test]
+fn a_team_stepped_from_several_threads_at_once_gives_the_same_bits() {
+    // One step holds the team; a step called meanwhile from another thread runs on that thread.
+    let team = Threads::calling_thread_pool(4).unwrap().with_grain(1);
+    steps_from_three_threads_at_once(&team, "team of 4", 4);
+}
+
+#[test]
 fn an_openmp_runtime_stepped_from_several_threads_at_once_gives_the_same_bits() {
     // Each step is a region of its own, as OpenMP runs regions started by different threads.
-    let cases = oracle();
     let omp = Threads::openmp(openmp_like(), 4).with_grain(1);
-    std::thread::scope(|s| {
-        for k in 0..3 {
-            let (cases, omp) = (&cases, &omp);
-            s.spawn(move || {
-                for _ in 0..2 {
-                    assert_groups_match(cases, &format!("OpenMP-like runtime, caller {k}"), omp);
-                }
-            });
-        }
-    });
+    steps_from_three_threads_at_once(&omp, "OpenMP-like runtime", 2);
 }
 
 #[test]
