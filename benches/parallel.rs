@@ -5,10 +5,12 @@
 //!
 //! `cargo bench --bench parallel`; environment: `HALFSTEP_BENCH_THREADS=1,2` (pool sizes),
 //! `HALFSTEP_BENCH_WORKLOADS=64K,256K,1M,4M,16M,64M,gpt2` (workloads),
-//! `HALFSTEP_BENCH_OPTIMIZERS=sgd,lamb` (default all), `HALFSTEP_BENCH_POOL=team|rayon` (default
-//! `team`: `Threads::calling_thread_pool`, the pool the PyTorch package steps on, with the roof cut
-//! into the step's own pieces by `Threads::for_each_piece`; `rayon`: `Threads::pool` on a rayon
-//! pool, the roof cut by `join`). A `grain` group times steps of 16K..512K elements with the group kept on the
+//! `HALFSTEP_BENCH_OPTIMIZERS=sgd,lamb` (default all), `HALFSTEP_BENCH_POOL=team|openmp|rayon`
+//! (default `team`: `Threads::calling_thread_pool`, with the roof cut into the step's own pieces by
+//! `Threads::for_each_piece`; `openmp`: `Threads::openmp` on the OpenMP runtime loaded from
+//! `HALFSTEP_BENCH_OPENMP` (default `libgomp.so.1`), the pool the PyTorch package steps on where
+//! torch runs on OpenMP, the roof cut the same way; `rayon`: `Threads::pool` on a rayon pool, the
+//! roof cut by `join`). A `grain` group times steps of 16K..512K elements with the group kept on the
 //! calling thread vs handed to the pool, which is how `DEFAULT_GRAIN` was chosen.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -62,6 +64,36 @@ fn workload(name: &str) -> Vec<usize> {
             let n: usize = num.parse().expect("a size like 64K or 16M");
             vec![n << if unit == "M" { 20 } else { 10 }]
         }
+    }
+}
+
+/// The pool kinds the bench steps on.
+#[derive(Clone, Copy)]
+enum PoolKind {
+    Team,
+    OpenMp(halfstep::OpenMp),
+    Rayon,
+}
+
+/// The OpenMP runtime at `path`, loaded for the rest of the process.
+fn openmp_runtime(path: &str) -> halfstep::OpenMp {
+    // SAFETY: an OpenMP runtime's initialisers are safe to run; the library is leaked, so it
+    // stays loaded while the entry points are used.
+    let lib: &'static libloading::Library = Box::leak(Box::new(
+        unsafe { libloading::Library::new(path) }
+            .unwrap_or_else(|e| panic!("HALFSTEP_BENCH_OPENMP={path}: {e}")),
+    ));
+    // SAFETY: the symbols are libgomp's ABI entry points with these types (`OpenMp::new`).
+    unsafe {
+        let sym = |name: &[u8]| -> unsafe extern "C" fn() -> std::ffi::c_int {
+            *lib.get(name).unwrap_or_else(|e| panic!("{path}: {e}"))
+        };
+        halfstep::OpenMp::new(
+            *lib.get::<halfstep::ParallelFn>(b"GOMP_parallel\0")
+                .unwrap_or_else(|e| panic!("{path}: {e}")),
+            sym(b"omp_get_thread_num\0"),
+            sym(b"omp_get_max_threads\0"),
+        )
     }
 }
 
@@ -523,10 +555,13 @@ fn scaling(c: &mut Criterion) {
             .parse()
             .unwrap(),
     };
-    let rayon_pool = match env_list("HALFSTEP_BENCH_POOL", "team")[0].as_str() {
-        "team" => false,
-        "rayon" => true,
-        other => panic!("HALFSTEP_BENCH_POOL={other}: team or rayon"),
+    let kind = match env_list("HALFSTEP_BENCH_POOL", "team")[0].as_str() {
+        "team" => PoolKind::Team,
+        "openmp" => PoolKind::OpenMp(openmp_runtime(
+            &std::env::var("HALFSTEP_BENCH_OPENMP").unwrap_or_else(|_| "libgomp.so.1".into()),
+        )),
+        "rayon" => PoolKind::Rayon,
+        other => panic!("HALFSTEP_BENCH_POOL={other}: team, openmp or rayon"),
     };
     for w in env_list("HALFSTEP_BENCH_WORKLOADS", "64K,256K,1M,4M,16M,64M,gpt2") {
         let sizes = workload(&w);
@@ -542,11 +577,13 @@ fn scaling(c: &mut Criterion) {
             configure(&mut g, n);
             let mut roof = StreamRoof::new(&sizes, o.passes);
             for &t in &threads {
-                let (rayon, th) = if rayon_pool {
-                    let (p, th) = pool(t);
-                    (Some(p), th)
-                } else {
-                    (None, Threads::calling_thread_pool(t).unwrap())
+                let (rayon, th) = match kind {
+                    PoolKind::Rayon => {
+                        let (p, th) = pool(t);
+                        (Some(p), th)
+                    }
+                    PoolKind::Team => (None, Threads::calling_thread_pool(t).unwrap()),
+                    PoolKind::OpenMp(omp) => (None, Threads::openmp(omp, t)),
                 };
                 for (id, how) in [("copy-roof", RoofLoop::Plain), ("copy-roof-pf", prefetched)] {
                     g.bench_function(BenchmarkId::new(id, format!("{t}T")), |b| {
