@@ -2,13 +2,14 @@
 //! global allocator and must not allocate.
 
 use halfstep::{
-    AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Grads, LambConfig, LambTensor, Optimizer,
-    Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Threads, Weights, bf16,
-    convert,
+    AdagradConfig, AdagradTensor, AdamConfig, AdamTensor, Grads, LambConfig, LambTensor, OpenMp,
+    Optimizer, Rounding, SgdConfig, SgdTensor, State, StepContext, TensorStream, Threads, Weights,
+    bf16, convert,
     quant::{self, Fp8},
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 struct Counting;
@@ -204,6 +205,58 @@ fn parallel_steps_allocate_nothing_of_their_own() {
         n <= 10,
         "{n} allocations in 100 steps on the calling thread's pool"
     );
+}
+
+thread_local! {
+    /// The member number [`parallel_in_turn`] is running.
+    static MEMBER: Cell<c_int> = const { Cell::new(0) };
+}
+
+/// Regions [`parallel_in_turn`] has run.
+static REGIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// An OpenMP runtime's `GOMP_parallel` that runs a region's threads one after another on the
+/// calling thread, numbered as libgomp numbers them (the first to run takes every piece, the
+/// others find none left): the whole step runs where allocations are counted.
+unsafe extern "C" fn parallel_in_turn(
+    f: unsafe extern "C" fn(*mut c_void),
+    data: *mut c_void,
+    threads: c_uint,
+    _flags: c_uint,
+) {
+    REGIONS.fetch_add(1, Ordering::SeqCst);
+    for member in (0..threads.max(1)).rev() {
+        MEMBER.set(member as c_int);
+        // SAFETY: the region's function and data, alive for this call.
+        unsafe { f(data) };
+    }
+    MEMBER.set(0);
+}
+
+unsafe extern "C" fn thread_num() -> c_int {
+    MEMBER.get()
+}
+
+unsafe extern "C" fn max_threads() -> c_int {
+    4
+}
+
+#[test]
+fn steps_on_an_openmp_runtime_do_not_allocate() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: the three behave as libgomp's (one region's threads, numbered from 0, the caller
+    // among them; returns when all have run) and live as long as the program.
+    let omp = unsafe { OpenMp::new(parallel_in_turn, thread_num, max_threads) };
+    for threads in [4, 0] {
+        let regions = REGIONS.load(Ordering::SeqCst);
+        let n = lamb_steps_allocations(Threads::openmp(omp, threads).with_grain(4096));
+        assert_eq!(
+            n, 0,
+            "100 LAMB steps on an OpenMP runtime ({threads} threads) allocated {n} times"
+        );
+        let regions = REGIONS.load(Ordering::SeqCst) - regions;
+        assert!(regions >= 101, "the steps ran in {regions} regions");
+    }
 }
 
 /// Allocations made by 100 LAMB steps over two tensors (2^18 elements) on `threads`, after a
