@@ -83,16 +83,17 @@ fn openmp_runtime(path: &str) -> halfstep::OpenMp {
         unsafe { libloading::Library::new(path) }
             .unwrap_or_else(|e| panic!("HALFSTEP_BENCH_OPENMP={path}: {e}")),
     ));
+    /// The entry point `name`, of type `T`.
+    unsafe fn sym<T: Copy>(lib: &libloading::Library, path: &str, name: &[u8]) -> T {
+        // SAFETY: the caller names a symbol of type `T`.
+        *unsafe { lib.get::<T>(name) }.unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
     // SAFETY: the symbols are libgomp's ABI entry points with these types (`OpenMp::new`).
     unsafe {
-        let sym = |name: &[u8]| -> unsafe extern "C" fn() -> std::ffi::c_int {
-            *lib.get(name).unwrap_or_else(|e| panic!("{path}: {e}"))
-        };
         halfstep::OpenMp::new(
-            *lib.get::<halfstep::ParallelFn>(b"GOMP_parallel\0")
-                .unwrap_or_else(|e| panic!("{path}: {e}")),
-            sym(b"omp_get_thread_num\0"),
-            sym(b"omp_get_max_threads\0"),
+            sym(lib, path, b"GOMP_parallel\0"),
+            sym(lib, path, b"omp_get_thread_num\0"),
+            sym(lib, path, b"omp_get_max_threads\0"),
         )
     }
 }

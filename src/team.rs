@@ -384,8 +384,6 @@ pub(crate) mod checks {
     use super::*;
     use std::sync::atomic::AtomicU32;
 
-    /// Every item of a batch is taken exactly once, by any member, at every batch length; a panic
-    /// in one member reaches the caller after the others are done, and the team steps on.
     /// How many times each of 16 slots was taken when `entered` drains a batch of items
     /// `0..len` with `helpers` helpers.
     fn drain_counts(entered: &Entered<'_>, helpers: usize, len: usize) -> Vec<u32> {
@@ -425,6 +423,8 @@ pub(crate) mod checks {
         assert!(caught.is_err(), "the panic of item 5 was lost");
     }
 
+    /// Every item of a batch is taken exactly once, by any member, at every batch length; a panic
+    /// in one member reaches the caller after the others are done, and the team steps on.
     pub(crate) fn every_item_once_and_panics_reach_the_caller() {
         let team = Team::new(4).unwrap();
         let entered = team.enter().unwrap();
