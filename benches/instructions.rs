@@ -224,6 +224,37 @@ fn lamb_group(b: Backend) -> Kernel {
     })
 }
 
+/// The group step of split weights with bf16-SR moments (10 bytes per parameter): LAMB's
+/// stochastic entry points (pass 1; pass 2 keeps to the weights, IPEX's layout).
+fn lamb_group_bf16sr_states(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (mut top, mut trail, g) = split_weights();
+    let (mut m, mut v) = (vec![bf16::ZERO; N], vec![bf16::ZERO; N]);
+    let cfg = LambConfig::default();
+    fn tensor<'a>(
+        top: &'a mut [bf16],
+        trail: &'a mut [u16],
+        g: &'a [bf16],
+        m: &'a mut [bf16],
+        v: &'a mut [bf16],
+    ) -> LambTensor<'a> {
+        LambTensor {
+            weights: Weights::Split { top, trail },
+            grads: Grads::Bf16(g),
+            exp_avg: State::Bf16(m, Rounding::Stochastic),
+            exp_avg_sq: State::Bf16(v, Rounding::Stochastic),
+            stream: TensorStream::new(1),
+        }
+    }
+    // Sized in the setup, as `lamb_group`'s.
+    let mut ws = LambWorkspace::for_tensors(&[tensor(&mut top, &mut trail, &g, &mut m, &mut v)]);
+    Box::new(move || {
+        let mut t = [tensor(&mut top, &mut trail, &g, &mut m, &mut v)];
+        e.step_group(&cfg, &ctx(), &mut t, &mut ws, &Threads::current())
+            .unwrap();
+    })
+}
+
 fn nvfp4_sr(b: Backend) -> Kernel {
     let e = engine(b);
     let src = values(3.0);
@@ -315,6 +346,8 @@ fn conversions(mut kernel: Kernel) {
 #[bench::lamb_group_reference(args = (Backend::Reference), setup = lamb_group)]
 #[bench::lamb_group_portable(args = (Backend::Portable), setup = lamb_group)]
 #[bench::lamb_group_avx2(args = (Backend::Avx2), setup = lamb_group)]
+#[bench::lamb_group_bf16sr_states_portable(args = (Backend::Portable), setup = lamb_group_bf16sr_states)]
+#[bench::lamb_group_bf16sr_states_avx2(args = (Backend::Avx2), setup = lamb_group_bf16sr_states)]
 fn optimizers(mut kernel: Kernel) {
     kernel();
 }

@@ -353,13 +353,13 @@ macro_rules! simd_backend {
 
                 $(#[target_feature(enable = $features)])?
                 pub(super) unsafe fn lamb_pass1(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]]) {
-                    unsafe { kernels::optim::lamb_pass1::<$V>(c, x, t, o, None) }
+                    unsafe { kernels::optim::lamb_pass1::<$V, false>(c, x, t, o, None) }
                 }
                 // With and without kept directions as separate functions, so that neither loop's
                 // register allocation pays for the other's (one spill in the AVX2 loop otherwise).
                 $(#[target_feature(enable = $features)])?
                 pub(super) unsafe fn lamb_pass1_keep(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]], k: &mut [f32]) {
-                    unsafe { kernels::optim::lamb_pass1::<$V>(c, x, t, o, Some(k)) }
+                    unsafe { kernels::optim::lamb_pass1::<$V, false>(c, x, t, o, Some(k)) }
                 }
             }
             use lamb_pass1_step::*;
@@ -369,14 +369,43 @@ macro_rules! simd_backend {
 
                 $(#[target_feature(enable = $features)])?
                 pub(super) unsafe fn lamb_pass2(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32) {
-                    unsafe { kernels::optim::lamb_pass2::<$V>(c, x, t, r, None) }
+                    unsafe { kernels::optim::lamb_pass2::<$V, false>(c, x, t, r, None) }
                 }
                 $(#[target_feature(enable = $features)])?
                 pub(super) unsafe fn lamb_pass2_kept(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32, k: &[f32]) {
-                    unsafe { kernels::optim::lamb_pass2::<$V>(c, x, t, r, Some(k)) }
+                    unsafe { kernels::optim::lamb_pass2::<$V, false>(c, x, t, r, Some(k)) }
                 }
             }
             use lamb_pass2_step::*;
+
+            // LAMB's memory-saving layouts (`kernels::optim::lamb_pass1`, why), in units of their own.
+            mod lamb_pass1_sr_step {
+                use super::*;
+
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn lamb_pass1_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]]) {
+                    unsafe { kernels::optim::lamb_pass1::<$V, true>(c, x, t, o, None) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn lamb_pass1_keep_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]], k: &mut [f32]) {
+                    unsafe { kernels::optim::lamb_pass1::<$V, true>(c, x, t, o, Some(k)) }
+                }
+            }
+            use lamb_pass1_sr_step::*;
+
+            mod lamb_pass2_sr_step {
+                use super::*;
+
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn lamb_pass2_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32) {
+                    unsafe { kernels::optim::lamb_pass2::<$V, true>(c, x, t, r, None) }
+                }
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn lamb_pass2_kept_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32, k: &[f32]) {
+                    unsafe { kernels::optim::lamb_pass2::<$V, true>(c, x, t, r, Some(k)) }
+                }
+            }
+            use lamb_pass2_sr_step::*;
 
             mod quant {
                 use super::*;
@@ -417,13 +446,32 @@ macro_rules! simd_backend {
                 sgd: |c, x, t| unsafe { sgd(c, x, t) },
                 adagrad: |c, x, t| unsafe { adagrad(c, x, t) },
                 adam: |c, x, t| unsafe { adam(c, x, t) },
-                lamb_pass1: |c, x, t, o, k| match k {
-                    Some(k) => unsafe { lamb_pass1_keep(c, x, t, o, k) },
-                    None => unsafe { lamb_pass1(c, x, t, o) },
+                // LAMB's stochastic entry points only where layouts are compiled (elsewhere both
+                // entry points would run the same run-time access, compiled twice).
+                lamb_pass1: |c, x, t, o, k| {
+                    if const { <$V as crate::arch::Simd>::COMPILED_LAYOUTS } && t.has_bf16() {
+                        return match k {
+                            Some(k) => unsafe { lamb_pass1_keep_sr(c, x, t, o, k) },
+                            None => unsafe { lamb_pass1_sr(c, x, t, o) },
+                        };
+                    }
+                    match k {
+                        Some(k) => unsafe { lamb_pass1_keep(c, x, t, o, k) },
+                        None => unsafe { lamb_pass1(c, x, t, o) },
+                    }
                 },
-                lamb_pass2: |c, x, t, r, k| match k {
-                    Some(k) => unsafe { lamb_pass2_kept(c, x, t, r, k) },
-                    None => unsafe { lamb_pass2(c, x, t, r) },
+                lamb_pass2: |c, x, t, r, k| {
+                    if const { <$V as crate::arch::Simd>::COMPILED_LAYOUTS } {
+                        match k {
+                            Some(k) if t.has_bf16_weights() => return unsafe { lamb_pass2_kept_sr(c, x, t, r, k) },
+                            None if t.has_bf16() => return unsafe { lamb_pass2_sr(c, x, t, r) },
+                            _ => {}
+                        }
+                    }
+                    match k {
+                        Some(k) => unsafe { lamb_pass2_kept(c, x, t, r, k) },
+                        None => unsafe { lamb_pass2(c, x, t, r) },
+                    }
                 },
                 f32_to_fp8: |f, s, d, r, c, b| unsafe { f32_to_fp8(f, s, d, r, c, b) },
                 fp8_to_f32: |f, s, d| unsafe { fp8_to_f32(f, s, d) },

@@ -235,6 +235,20 @@ impl<'a> LambTensor<'a> {
         self.len() == 0
     }
 
+    /// Whether the weights are bf16: pass 2 with kept directions then runs LAMB's stochastic
+    /// entry points (`kernels::optim::lamb_pass2`).
+    pub(crate) fn has_bf16_weights(&self) -> bool {
+        matches!(self.weights, Weights::Bf16(..))
+    }
+
+    /// Whether the weights or a moment are bf16: the other passes then run LAMB's stochastic entry
+    /// points (`kernels::optim::lamb_pass1`).
+    pub(crate) fn has_bf16(&self) -> bool {
+        self.has_bf16_weights()
+            || matches!(self.exp_avg, State::Bf16(..))
+            || matches!(self.exp_avg_sq, State::Bf16(..))
+    }
+
     /// The same tensor, borrowed for a shorter time.
     pub fn reborrow(&mut self) -> LambTensor<'_> {
         LambTensor {

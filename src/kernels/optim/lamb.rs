@@ -172,12 +172,31 @@ impl<V: Simd> LambV<V> {
     }
 }
 
+/// `drive_layouts!` with LAMB's sets: IPEX's and all f32 where `$sr` is false, the memory-saving
+/// layouts `$set` where it is true.
+macro_rules! lamb_layouts {
+    ($sr:expr, $V:ty, $n:expr, $base:expr, $ctx:expr, $st:expr, $d:expr, $op:expr,
+     [$G:ident, $S0:ident, $S1:ident, $S2:ident], $set:ident) => {
+        if const { $sr } {
+            drive_layouts!($V, $n, $base, $ctx, $st, $d, $op, [$G, $S0, $S1, $S2], stochastic $set)
+        } else {
+            drive_layouts!($V, $n, $base, $ctx, $st, $d, $op, [$G, $S0, $S1, $S2], fp32_peers)
+        }
+    };
+}
+
 /// LAMB pass 1 over one tensor (or a piece of one): moments stored, and the canonical sums of
 /// squares of p and u of every norm block the piece touches written to `out` in block order;
 /// each u also to `kept` when given (one f32 per element of the piece).
 /// A piece must not share a block with another piece (the parallel driver cuts at block edges).
+///
+/// `SR` picks the layouts compiled: IPEX's and all f32 (false), or the two memory-saving ones
+/// (true), each set in entry points of its own (`dispatch`), chosen per tensor by
+/// [`LambTensor::has_bf16`]. In one function, the stochastic layouts changed the code LLVM made
+/// for IPEX's layout around them (gungraun, AVX2: +7% instructions); any other combination runs
+/// through the run-time access in either.
 #[inline(always)]
-pub(crate) unsafe fn lamb_pass1<V: Simd>(
+pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
     c: &LambConsts,
     ctx: &StepContext,
     t: &mut LambTensor<'_>,
@@ -204,7 +223,8 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
                 debug_assert_eq!(kept.len(), n);
                 d.s[2] = Some(Buf::F32(kept.as_mut_ptr()));
                 let mut p1 = LambPass1::<V, true>::new(c, norms);
-                drive_layouts!(
+                lamb_layouts!(
+                    SR,
                     V,
                     n,
                     base,
@@ -213,13 +233,14 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
                     d,
                     &mut p1,
                     [Has, Has, Has, Scratch],
-                    fp32_peers
+                    memory_saving
                 );
                 p1.norms.close();
             }
             None => {
                 let mut p1 = LambPass1::<V, false>::new(c, norms);
-                drive_layouts!(
+                lamb_layouts!(
+                    SR,
                     V,
                     n,
                     base,
@@ -228,7 +249,7 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
                     d,
                     &mut p1,
                     [Has, Has, Has, Lacks],
-                    fp32_peers
+                    memory_saving
                 );
                 p1.norms.close();
             }
@@ -237,9 +258,11 @@ pub(crate) unsafe fn lamb_pass1<V: Simd>(
 }
 
 /// LAMB pass 2 over one tensor (or a piece): `p = fma(-lr_ratio, u, p)`, u read from `kept`
-/// when pass 1 kept it, else recomputed from the stored moments (the same value).
+/// when pass 1 kept it, else recomputed from the stored moments (the same value). `SR` as for
+/// [`lamb_pass1`]; with `kept`, pass 2 touches only the weights, so its stochastic set is bf16-SR
+/// weights alone ([`LambTensor::has_bf16_weights`]).
 #[inline(always)]
-pub(crate) unsafe fn lamb_pass2<V: Simd>(
+pub(crate) unsafe fn lamb_pass2<V: Simd, const SR: bool>(
     c: &LambConsts,
     ctx: &StepContext,
     t: &mut LambTensor<'_>,
@@ -261,7 +284,8 @@ pub(crate) unsafe fn lamb_pass2<V: Simd>(
                     s: [Some(Buf::F32(kept.as_ptr().cast_mut())), None, None],
                 };
                 let mut p2 = LambPass2::<V, true> { k, neg_lr_ratio };
-                drive_layouts!(
+                lamb_layouts!(
+                    SR,
                     V,
                     n,
                     base,
@@ -270,7 +294,7 @@ pub(crate) unsafe fn lamb_pass2<V: Simd>(
                     d,
                     &mut p2,
                     [Lacks, Scratch, Lacks, Lacks],
-                    fp32_peers
+                    sr_weights
                 );
             }
             None => {
@@ -284,7 +308,8 @@ pub(crate) unsafe fn lamb_pass2<V: Simd>(
                     ],
                 };
                 let mut p2 = LambPass2::<V, false> { k, neg_lr_ratio };
-                drive_layouts!(
+                lamb_layouts!(
+                    SR,
                     V,
                     n,
                     base,
@@ -293,7 +318,7 @@ pub(crate) unsafe fn lamb_pass2<V: Simd>(
                     d,
                     &mut p2,
                     [Lacks, Has, Has, Lacks],
-                    fp32_peers
+                    memory_saving
                 );
             }
         }

@@ -652,10 +652,13 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
 ///   the same with bf16 states rounded stochastically (10 bytes per parameter), bf16 weights
 ///   rounded stochastically with bf16 gradients and f32 states, and all bf16 with every store
 ///   stochastic;
-/// - `fp32_peers`: IPEX's and all f32 only. For LAMB's passes (each LAMB layout is two passes to
-///   compile, and with the stochastic layouts its IPEX layout's code changed around them:
-///   gungraun, AVX2, LAMB with groups +6% instructions) and for AMSGrad (no benchmark runs it,
-///   and DeepSpeed's CPU Adam has none);
+/// - `fp32_peers`: IPEX's and all f32 only. For LAMB's passes and for AMSGrad (no benchmark
+///   runs it, and DeepSpeed's CPU Adam has none);
+/// - `stochastic memory_saving`: the two memory-saving layouts (split weights with bf16-SR
+///   states, bf16-SR weights with f32 states) and no others; `stochastic sr_weights`: the
+///   second alone. For LAMB's entry points of its own for these layouts: compiled beside IPEX's
+///   in one function, they changed the code of IPEX's layout around them (gungraun, AVX2, LAMB
+///   +7% instructions);
 /// - `run_time`: none.
 ///
 /// Every layout compiled is another copy of the optimizer's loops for LLVM to optimise, and these
@@ -672,6 +675,20 @@ macro_rules! drive_layouts {
         match Bufs::<$V, Any>::of($ctx, $stream, $d, $base + $n as u64, &mut blocks) {
             Some(mut b) => drive::<$V, Any, _>($n, $base, &mut b, $op),
             None => unreachable!("the run-time layout takes any buffers"),
+        }
+    }};
+    // The stochastic set `$set` alone, else the run-time access: for entry points of their own
+    // (LAMB's: `lamb_pass1`, why).
+    ($V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     [$G:ident, $S0:ident, $S1:ident, $S2:ident], stochastic $set:ident) => {{
+        let (n, base, ctx, stream, d, op) = ($n, $base, $ctx, $stream, $d, $op);
+        let mut blocks = [const { BitsBlock::<$V>::new() }; 4];
+        if const { !<$V as crate::arch::Simd>::COMPILED_LAYOUTS } {
+            drive_layouts!($V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2], run_time)
+        } else if drive_layouts!(@$set, $V, n, base, ctx, stream, d, op, &mut blocks,
+                                 [$G, $S0, $S1, $S2]) {
+        } else {
+            drive_layouts!($V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2], run_time)
         }
     }};
     ($V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
@@ -694,23 +711,36 @@ macro_rules! drive_layouts {
             drive_layouts!($V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2], run_time)
         }
     }};
-    // The stochastic layouts: split weights with bf16 states, bf16 weights with f32 states, each
-    // with bf16 gradients, and all bf16. True if one of them ran.
+    // The stochastic layouts: the two memory-saving ones and all bf16. True if one of them ran.
     (@all, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
      $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {{
-        let end = $base + $n as u64;
         type Sr = Bf16Buf<STOCHASTIC>;
-        type SplitSrStates = Lay<SplitBuf, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>;
-        type SrWeights = Lay<Sr, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>;
-        type AllBf16Sr = Lay<Sr, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>;
-        if let Some(mut b) = Bufs::<$V, SplitSrStates>::of($ctx, $stream, $d, end, $blocks) {
-            drive::<$V, SplitSrStates, _>($n, $base, &mut b, $op);
-            true
-        } else if let Some(mut b) = Bufs::<$V, SrWeights>::of($ctx, $stream, $d, end, $blocks) {
-            drive::<$V, SrWeights, _>($n, $base, &mut b, $op);
-            true
-        } else if let Some(mut b) = Bufs::<$V, AllBf16Sr>::of($ctx, $stream, $d, end, $blocks) {
-            drive::<$V, AllBf16Sr, _>($n, $base, &mut b, $op);
+        drive_layouts!(@memory_saving, $V, $n, $base, $ctx, $stream, $d, $op, $blocks,
+                       [$G, $S0, $S1, $S2])
+            || drive_layouts!(@one Lay<Sr, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>,
+                              $V, $n, $base, $ctx, $stream, $d, $op, $blocks)
+    }};
+    // The two memory-saving layouts: split weights with bf16-SR states, bf16-SR weights with f32
+    // states, both with bf16 gradients.
+    (@memory_saving, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {{
+        type Sr = Bf16Buf<STOCHASTIC>;
+        drive_layouts!(@one Lay<SplitBuf, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>,
+                       $V, $n, $base, $ctx, $stream, $d, $op, $blocks)
+            || drive_layouts!(@sr_weights, $V, $n, $base, $ctx, $stream, $d, $op, $blocks,
+                              [$G, $S0, $S1, $S2])
+    }};
+    // bf16-SR weights alone: for a pass that reads no state.
+    (@sr_weights, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
+        drive_layouts!(@one Lay<Bf16Buf<STOCHASTIC>, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>,
+                       $V, $n, $base, $ctx, $stream, $d, $op, $blocks)
+    };
+    // One layout `$L`: true if the buffers are of its kinds (and it ran).
+    (@one $L:ty, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     $blocks:expr) => {{
+        if let Some(mut b) = Bufs::<$V, $L>::of($ctx, $stream, $d, $base + $n as u64, $blocks) {
+            drive::<$V, $L, _>($n, $base, &mut b, $op);
             true
         } else {
             false
