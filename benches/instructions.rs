@@ -178,6 +178,26 @@ fn adamw_all_bf16_sr(b: Backend) -> Kernel {
     adamw_sr(b, true)
 }
 
+/// f32 weights and gradients, bf16-SR moments (12 bytes per parameter): the compiled layout of
+/// the criterion bench's `adamw_f32_bf16sr_states`.
+fn adamw_f32_bf16sr_states(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (mut w, g) = (values(0.5), values(0.01));
+    let (mut m, mut v) = (vec![bf16::ZERO; N], vec![bf16::ZERO; N]);
+    let cfg = AdamConfig::adamw(1e-3);
+    Box::new(move || {
+        let mut t = AdamTensor {
+            weights: Weights::F32(&mut w),
+            grads: Grads::F32(&g),
+            exp_avg: State::Bf16(&mut m, Rounding::Stochastic),
+            exp_avg_sq: State::Bf16(&mut v, Rounding::Stochastic),
+            max_exp_avg_sq: None,
+            stream: TensorStream::new(1),
+        };
+        e.adam_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
 /// The LAMB tensor both LAMB rows step: split weights, bf16 gradients, f32 moments.
 fn lamb_tensor<'a>(
     top: &'a mut [bf16],
@@ -340,6 +360,8 @@ fn conversions(mut kernel: Kernel) {
 #[bench::adamw_bf16_sr_avx2(args = (Backend::Avx2), setup = adamw_bf16_sr)]
 #[bench::adamw_all_bf16_sr_portable(args = (Backend::Portable), setup = adamw_all_bf16_sr)]
 #[bench::adamw_all_bf16_sr_avx2(args = (Backend::Avx2), setup = adamw_all_bf16_sr)]
+#[bench::adamw_f32_bf16sr_states_portable(args = (Backend::Portable), setup = adamw_f32_bf16sr_states)]
+#[bench::adamw_f32_bf16sr_states_avx2(args = (Backend::Avx2), setup = adamw_f32_bf16sr_states)]
 #[bench::lamb_reference(args = (Backend::Reference), setup = lamb)]
 #[bench::lamb_portable(args = (Backend::Portable), setup = lamb)]
 #[bench::lamb_avx2(args = (Backend::Avx2), setup = lamb)]

@@ -319,6 +319,28 @@ fn benches(c: &mut Criterion) {
             .unwrap()
         })
     });
+    // f32 weights and gradients with bf16 states rounded stochastically (12 bytes per parameter).
+    group(c, "adamw_f32_bf16sr_states", 12, 8, |n, base| {
+        let stream = stream(base);
+        let (mut w, g) = (data(n), data(n));
+        let (mut m, mut v) = (vec![bf16::ZERO; n], vec![bf16::ZERO; n]);
+        let cfg = AdamConfig::adamw(1e-3);
+        Box::new(move |e: Engine| {
+            e.adam_step(
+                &cfg,
+                &ctx,
+                &mut AdamTensor {
+                    weights: Weights::F32(&mut w),
+                    grads: Grads::F32(&g),
+                    exp_avg: State::Bf16(&mut m, Rounding::Stochastic),
+                    exp_avg_sq: State::Bf16(&mut v, Rounding::Stochastic),
+                    max_exp_avg_sq: None,
+                    stream,
+                },
+            )
+            .unwrap()
+        })
+    });
     // bf16 weights and bf16 states, every store stochastic (the RNG-heaviest step) or every store
     // rounded to nearest (no random bits; a layout with run-time access).
     for (name, r) in [

@@ -649,11 +649,13 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
 /// `COMPILED_LAYOUTS` (the portable one on x86_64). The last argument names the set:
 ///
 /// - `all`: IPEX's (split weights, bf16 gradients, f32 states), all f32 (PyTorch's fused AdamW),
-///   the same with bf16 states rounded stochastically (10 bytes per parameter), bf16 weights
-///   rounded stochastically with bf16 gradients and f32 states, and all bf16 with every store
-///   stochastic;
+///   each of those with bf16 states rounded stochastically (10 and 12 bytes per parameter), bf16
+///   weights rounded stochastically with bf16 gradients and f32 states, and all bf16 with every
+///   store stochastic;
 /// - `fp32_peers`: IPEX's and all f32 only. For LAMB's passes and for AMSGrad (no benchmark
 ///   runs it, and DeepSpeed's CPU Adam has none);
+/// - `sr_weights`: IPEX's, all f32 and bf16-SR weights: for a step with no state (SGD without
+///   momentum), where the other stochastic layouts are copies of these;
 /// - `stochastic memory_saving`: the two memory-saving layouts (split weights with bf16-SR
 ///   states, bf16-SR weights with f32 states) and no others; `stochastic sr_weights`: the
 ///   second alone. For LAMB's entry points of its own for these layouts: compiled beside IPEX's
@@ -711,12 +713,15 @@ macro_rules! drive_layouts {
             drive_layouts!($V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2], run_time)
         }
     }};
-    // The stochastic layouts: the two memory-saving ones and all bf16. True if one of them ran.
+    // The stochastic layouts: the two memory-saving ones, f32 weights and gradients with bf16-SR
+    // states, and all bf16. True if one of them ran.
     (@all, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
      $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {{
         type Sr = Bf16Buf<STOCHASTIC>;
         drive_layouts!(@memory_saving, $V, $n, $base, $ctx, $stream, $d, $op, $blocks,
                        [$G, $S0, $S1, $S2])
+            || drive_layouts!(@one Lay<F32Buf, $G<F32Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>,
+                              $V, $n, $base, $ctx, $stream, $d, $op, $blocks)
             || drive_layouts!(@one Lay<Sr, $G<Bf16Buf>, $S0<Sr>, $S1<Sr>, $S2<Sr>>,
                               $V, $n, $base, $ctx, $stream, $d, $op, $blocks)
     }};

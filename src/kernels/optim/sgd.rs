@@ -90,6 +90,8 @@ unsafe fn sgd_op<V: Simd, const PLAIN: bool>(
             decay: decays(c.weight_decay),
         };
         let (base, st) = (t.stream.index_base, &t.stream);
+        // Without momentum there is no state, so of the stochastic layouts only bf16-SR weights
+        // differs from IPEX's and all f32 (the others would be copies of those).
         if s0.is_some() {
             drive_layouts!(
                 V,
@@ -112,7 +114,7 @@ unsafe fn sgd_op<V: Simd, const PLAIN: bool>(
                 d,
                 &mut op,
                 [Has, Lacks, Lacks, Lacks],
-                all
+                sr_weights
             );
         }
     }
