@@ -198,19 +198,19 @@ fn adamw_f32_bf16sr_states(b: Backend) -> Kernel {
     })
 }
 
-/// The LAMB tensor both LAMB rows step: split weights, bf16 gradients, f32 moments.
+/// The LAMB tensor the LAMB rows step: split weights, bf16 gradients, the moments given.
 fn lamb_tensor<'a>(
     top: &'a mut [bf16],
     trail: &'a mut [u16],
     g: &'a [bf16],
-    m: &'a mut [f32],
-    v: &'a mut [f32],
+    exp_avg: State<'a>,
+    exp_avg_sq: State<'a>,
 ) -> LambTensor<'a> {
     LambTensor {
         weights: Weights::Split { top, trail },
         grads: Grads::Bf16(g),
-        exp_avg: State::F32(m),
-        exp_avg_sq: State::F32(v),
+        exp_avg,
+        exp_avg_sq,
         stream: TensorStream::new(1),
     }
 }
@@ -222,7 +222,13 @@ fn lamb(b: Backend) -> Kernel {
     let (mut m, mut v) = (vec![0f32; N], vec![0f32; N]);
     let cfg = LambConfig::default();
     Box::new(move || {
-        let mut t = lamb_tensor(&mut top, &mut trail, &g, &mut m, &mut v);
+        let mut t = lamb_tensor(
+            &mut top,
+            &mut trail,
+            &g,
+            State::F32(&mut m),
+            State::F32(&mut v),
+        );
         e.lamb_step(&cfg, &ctx(), &mut t).unwrap();
     })
 }
@@ -235,10 +241,21 @@ fn lamb_group(b: Backend) -> Kernel {
     let (mut m, mut v) = (vec![0f32; N], vec![0f32; N]);
     let cfg = LambConfig::default();
     // Sized here, in the setup, so the measured call does not allocate it.
-    let mut ws =
-        LambWorkspace::for_tensors(&[lamb_tensor(&mut top, &mut trail, &g, &mut m, &mut v)]);
+    let mut ws = LambWorkspace::for_tensors(&[lamb_tensor(
+        &mut top,
+        &mut trail,
+        &g,
+        State::F32(&mut m),
+        State::F32(&mut v),
+    )]);
     Box::new(move || {
-        let mut t = [lamb_tensor(&mut top, &mut trail, &g, &mut m, &mut v)];
+        let mut t = [lamb_tensor(
+            &mut top,
+            &mut trail,
+            &g,
+            State::F32(&mut m),
+            State::F32(&mut v),
+        )];
         e.step_group(&cfg, &ctx(), &mut t, &mut ws, &Threads::current())
             .unwrap();
     })
@@ -251,25 +268,22 @@ fn lamb_group_bf16sr_states(b: Backend) -> Kernel {
     let (mut top, mut trail, g) = split_weights();
     let (mut m, mut v) = (vec![bf16::ZERO; N], vec![bf16::ZERO; N]);
     let cfg = LambConfig::default();
-    fn tensor<'a>(
-        top: &'a mut [bf16],
-        trail: &'a mut [u16],
-        g: &'a [bf16],
-        m: &'a mut [bf16],
-        v: &'a mut [bf16],
-    ) -> LambTensor<'a> {
-        LambTensor {
-            weights: Weights::Split { top, trail },
-            grads: Grads::Bf16(g),
-            exp_avg: State::Bf16(m, Rounding::Stochastic),
-            exp_avg_sq: State::Bf16(v, Rounding::Stochastic),
-            stream: TensorStream::new(1),
-        }
-    }
     // Sized in the setup, as `lamb_group`'s.
-    let mut ws = LambWorkspace::for_tensors(&[tensor(&mut top, &mut trail, &g, &mut m, &mut v)]);
+    let mut ws = LambWorkspace::for_tensors(&[lamb_tensor(
+        &mut top,
+        &mut trail,
+        &g,
+        State::Bf16(&mut m, Rounding::Stochastic),
+        State::Bf16(&mut v, Rounding::Stochastic),
+    )]);
     Box::new(move || {
-        let mut t = [tensor(&mut top, &mut trail, &g, &mut m, &mut v)];
+        let mut t = [lamb_tensor(
+            &mut top,
+            &mut trail,
+            &g,
+            State::Bf16(&mut m, Rounding::Stochastic),
+            State::Bf16(&mut v, Rounding::Stochastic),
+        )];
         e.step_group(&cfg, &ctx(), &mut t, &mut ws, &Threads::current())
             .unwrap();
     })
