@@ -162,6 +162,8 @@ struct StreamRoof {
     /// 0, as `step`'s), and where each starts in the buffers, which hold them end to end.
     pieces: Vec<(usize, u64)>,
     firsts: Vec<usize>,
+    /// The pass whose elements take a square root and a division (`RoofLoop::Divider`).
+    divider_pass: Option<usize>,
 }
 
 /// An updated buffer's words, shared by the team's pieces, each of which writes only its own.
@@ -188,10 +190,16 @@ fn word_range(b: usize, lo: usize, hi: usize) -> std::ops::Range<usize> {
 /// the CPU has it, and a software prefetch of every stream `ahead` elements ahead, as the kernels
 /// do: on the 16-core host the kernels ran 20–35% faster than `Plain` on one thread, so `Plain`
 /// alone was no roof there. The scaling table takes the faster of the two per thread count.
-#[derive(Clone, Copy)]
+///
+/// `Divider` is `Prefetched` with one correctly rounded square root and one division per element
+/// of the pass that has them in the optimizer (the first 4-byte updated buffer, as
+/// `x / (sqrt(x) + 1)`): the traffic and the divider's work of Adagrad and Adam and nothing else,
+/// so no implementation of SPEC.md can step them faster (BENCHMARKS.md, "Floors").
+#[derive(Clone, Copy, PartialEq)]
 enum RoofLoop {
     Plain,
     Prefetched { ahead: usize },
+    Divider { ahead: usize },
 }
 
 /// Elements the prefetching roof reads ahead of the chunk it works on (2 KiB of f32, 1 KiB of
@@ -237,27 +245,35 @@ fn roof_range(
     hi: usize,
     how: RoofLoop,
 ) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = std::arch::is_x86_feature_detected!("avx2");
     match how {
-        RoofLoop::Plain => roof_chunks::<false>(ro, rw, lo, hi, 0),
+        RoofLoop::Plain => roof_chunks::<false, false>(ro, rw, lo, hi, 0),
         #[cfg(target_arch = "x86_64")]
-        RoofLoop::Prefetched { ahead } if std::arch::is_x86_feature_detected!("avx2") => {
+        RoofLoop::Prefetched { ahead } if avx2 => {
             // SAFETY: AVX2 is present (checked just above).
-            unsafe { roof_chunks_avx2(ro, rw, lo, hi, ahead) }
+            unsafe { roof_chunks_avx2::<false>(ro, rw, lo, hi, ahead) }
         }
-        RoofLoop::Prefetched { ahead } => roof_chunks::<true>(ro, rw, lo, hi, ahead),
+        #[cfg(target_arch = "x86_64")]
+        RoofLoop::Divider { ahead } if avx2 => {
+            // SAFETY: as above.
+            unsafe { roof_chunks_avx2::<true>(ro, rw, lo, hi, ahead) }
+        }
+        RoofLoop::Prefetched { ahead } => roof_chunks::<true, false>(ro, rw, lo, hi, ahead),
+        RoofLoop::Divider { ahead } => roof_chunks::<true, true>(ro, rw, lo, hi, ahead),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn roof_chunks_avx2(
+#[target_feature(enable = "avx2,fma")]
+fn roof_chunks_avx2<const DIVIDE: bool>(
     ro: &Buffers,
     rw: &mut [(usize, &mut [u32])],
     lo: usize,
     hi: usize,
     ahead: usize,
 ) -> u32 {
-    roof_chunks::<true>(ro, rw, lo, hi, ahead)
+    roof_chunks::<true, DIVIDE>(ro, rw, lo, hi, ahead)
 }
 
 /// Prefetches the cache lines of `words[r]`, clipped to the buffer.
@@ -278,7 +294,7 @@ fn prefetch_words(words: &[u32], r: std::ops::Range<usize>) {
 
 /// The roof's loop over `lo..hi`, one chunk of every stream after another.
 #[inline(always)]
-fn roof_chunks<const PREFETCH: bool>(
+fn roof_chunks<const PREFETCH: bool, const DIVIDE: bool>(
     ro: &Buffers,
     rw: &mut [(usize, &mut [u32])],
     lo: usize,
@@ -297,13 +313,24 @@ fn roof_chunks<const PREFETCH: bool>(
                 .iter()
                 .fold(acc, |s, &x| s.wrapping_add(x));
         }
+        let mut divided = !DIVIDE;
         for (b, words) in rw.iter_mut() {
             if PREFETCH {
                 prefetch_words(words, word_range(*b, e - lo + ahead, end - lo + ahead));
             }
             let r = word_range(*b, e - lo, end - lo);
             let r = r.start..r.end.min(words.len());
-            words[r].iter_mut().for_each(|x| *x = x.wrapping_add(1));
+            if !divided && *b == 4 {
+                divided = true;
+                // The exponent bits set keep every input a normal number in [1, 2) (a subnormal
+                // would take a microcode assist on some CPUs), and so does the result.
+                words[r].iter_mut().for_each(|x| {
+                    let v = f32::from_bits(*x | 0x3f80_0000);
+                    *x = (v / (v.sqrt() + 1.0)).to_bits();
+                });
+            } else {
+                words[r].iter_mut().for_each(|x| *x = x.wrapping_add(1));
+            }
         }
         e = end;
     }
@@ -312,7 +339,11 @@ fn roof_chunks<const PREFETCH: bool>(
 
 impl StreamRoof {
     /// `passes`: bytes per element of the read-only and of the updated buffers, per pass.
-    fn new(sizes: &[usize], passes: &[(&[usize], &[usize])]) -> StreamRoof {
+    fn new(
+        sizes: &[usize],
+        passes: &[(&[usize], &[usize])],
+        divider_pass: Option<usize>,
+    ) -> StreamRoof {
         let n: usize = sizes.iter().sum();
         let buf = |&b: &usize| (b, vec![1u32; (n * b).div_ceil(4)]);
         let mut first = 0;
@@ -333,6 +364,7 @@ impl StreamRoof {
             n,
             pieces: sizes.iter().map(|&len| (len, 0)).collect(),
             firsts,
+            divider_pass,
         }
     }
 
@@ -340,7 +372,8 @@ impl StreamRoof {
     /// into there. Nothing is allocated here but `for_each_piece`'s descriptors.
     fn run_on(&mut self, threads: &Threads, how: RoofLoop) {
         let (pieces, firsts) = (&self.pieces, &self.firsts);
-        for (ro, rw) in &mut self.passes {
+        for (pass, (ro, rw)) in self.passes.iter_mut().enumerate() {
+            let how = Self::pass_loop(how, self.divider_pass, pass);
             assert!(rw.len() <= 4, "at most four updated buffers");
             let mut shared = [(0, SharedWords(std::ptr::null_mut(), 0)); 4];
             for (s, (b, w)) in shared.iter_mut().zip(rw.iter_mut()) {
@@ -368,8 +401,19 @@ impl StreamRoof {
         }
     }
 
+    /// The loop of pass `pass`: `Divider` only where the optimizer divides.
+    fn pass_loop(how: RoofLoop, divider_pass: Option<usize>, pass: usize) -> RoofLoop {
+        match how {
+            RoofLoop::Divider { ahead } if divider_pass != Some(pass) => {
+                RoofLoop::Prefetched { ahead }
+            }
+            how => how,
+        }
+    }
+
     fn run(&mut self, threads: usize, how: RoofLoop) {
-        for (ro, rw) in &mut self.passes {
+        for (pass, (ro, rw)) in self.passes.iter_mut().enumerate() {
+            let how = Self::pass_loop(how, self.divider_pass, pass);
             let views = rw.iter_mut().map(|(b, w)| (*b, &mut w[..])).collect();
             black_box(roof_piece(ro, views, 0, self.n, threads * 4, how));
         }
@@ -380,6 +424,8 @@ struct Opt {
     name: &'static str,
     /// Per pass over memory: bytes per element of each buffer only read, and of each updated.
     passes: &'static [(&'static [usize], &'static [usize])],
+    /// The pass with a square root and a division per element, if any.
+    divider_pass: Option<usize>,
 }
 
 impl Opt {
@@ -397,23 +443,28 @@ const OPTS: [Opt; 5] = [
     Opt {
         name: "sgd_split_bf16grad_f32momentum",
         passes: &[(&[2], &[2, 2, 4])],
+        divider_pass: None,
     },
     Opt {
         name: "adagrad_split_bf16grad_f32sum",
         passes: &[(&[2], &[2, 2, 4])],
+        divider_pass: Some(0),
     },
     Opt {
         name: "adam_split_bf16grad_f32state",
         passes: &[(&[2], &[2, 2, 4, 4])],
+        divider_pass: Some(0),
     },
     Opt {
         name: "adamw_f32",
         passes: &[(&[4], &[4, 4, 4])],
+        divider_pass: Some(0),
     },
     // pass 1: top, trail, grads; m, v. pass 2: m, v; top, trail.
     Opt {
         name: "lamb_split_bf16grad_f32state",
         passes: &[(&[2, 2, 2], &[4, 4]), (&[4, 4], &[2, 2])],
+        divider_pass: Some(0),
     },
 ];
 
@@ -576,7 +627,7 @@ fn scaling(c: &mut Criterion) {
             let mut g = c.benchmark_group(format!("{}/{}B-per-elem/{w}", o.name, o.bytes()));
             g.throughput(Throughput::Elements(n as u64));
             configure(&mut g, n);
-            let mut roof = StreamRoof::new(&sizes, o.passes);
+            let mut roof = StreamRoof::new(&sizes, o.passes, o.divider_pass);
             for &t in &threads {
                 let (rayon, th) = match kind {
                     PoolKind::Rayon => {
@@ -586,7 +637,17 @@ fn scaling(c: &mut Criterion) {
                     PoolKind::Team => (None, Threads::calling_thread_pool(t).unwrap()),
                     PoolKind::OpenMp(omp) => (None, Threads::openmp(omp, t)),
                 };
-                for (id, how) in [("copy-roof", RoofLoop::Plain), ("copy-roof-pf", prefetched)] {
+                let divider = match prefetched {
+                    RoofLoop::Prefetched { ahead } => RoofLoop::Divider { ahead },
+                    _ => unreachable!(),
+                };
+                let roofs = [
+                    ("copy-roof", RoofLoop::Plain),
+                    ("copy-roof-pf", prefetched),
+                    ("divider-floor", divider),
+                ];
+                let roofs = &roofs[..if o.divider_pass.is_some() { 3 } else { 2 }];
+                for &(id, how) in roofs {
                     g.bench_function(BenchmarkId::new(id, format!("{t}T")), |b| {
                         b.iter(|| match &rayon {
                             Some(p) => p.install(|| roof.run(t, how)),

@@ -8,7 +8,8 @@ each a run of the same benchmarks, every time is the median over the runs, and a
 lists each run's own "scaling vs copy", so the spread between runs is in the table.)
 Scaling: per optimizer and workload, one row per thread count: median ns per parameter, GB/s
 (B bytes per parameter moved once), the same-traffic copy loop on the same pool (the faster of its plain and
-prefetching forms), "% roof" (copy time / kernel time), the speedup over 1 thread of kernel and copy loop, and their ratio ("scaling
+prefetching forms), "% roof" (copy time / kernel time), for the optimizers that divide the same loop with
+their square root and division per element and "% floor" (its time / kernel time), the speedup over 1 thread of kernel and copy loop, and their ratio ("scaling
 vs copy": 1.0 means the kernel scales exactly as well as the memory allows).
 Grain: calling thread vs pool per step size.
 """
@@ -74,7 +75,11 @@ def roof_of(r):
     return min(roofs) if roofs else None
 
 def kernel_of(r):
-    return next((v for f, v in r.items() if not f.startswith("copy-roof")), None)
+    return next((v for f, v in r.items() if not f.startswith(("copy-roof", "divider-floor"))), None)
+
+def floor_of(r):
+    """The copy loop with the optimizer's square roots and divisions (optimizers that divide)."""
+    return r.get("divider-floor")
 
 def scaling(rows, t):
     """Kernel speedup over the fewest threads divided by the roof's, or None."""
@@ -88,9 +93,9 @@ def scaling(rows, t):
 
 many = len(roots) > 1
 if scal:
-    print("| optimizer | workload | threads | ns/param | GB/s | copy loop ns/param | % roof | speedup | copy speedup | scaling vs copy |"
+    print("| optimizer | workload | threads | ns/param | GB/s | copy loop ns/param | % roof | divider floor ns/param | % floor | speedup | copy speedup | scaling vs copy |"
           + (" each run |" if many else ""))
-    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if many else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if many else ""))
 for (opt, nb, wl) in sorted(scal, key=lambda k: (k[0], wl_key(k[2]))):
     rows = scal[(opt, nb, wl)]
     base = rows.get(min(rows))
@@ -104,6 +109,7 @@ for (opt, nb, wl) in sorted(scal, key=lambda k: (k[0], wl_key(k[2]))):
         cspeed = base_roof / roof if roof and base_roof else float("nan")
         print(f"| {opt} | {wl} | {t} | {k:.3f} | {nb / k:.1f} | "
               + (f"{roof:.3f} | {100 * roof / k:.0f}% | " if roof else "- | - | ")
+              + (f"{fl:.3f} | {100 * fl / k:.0f}% | " if (fl := floor_of(r)) else "- | - | ")
               + f"{speed:.2f}x | {cspeed:.2f}x | {speed / cspeed:.2f} |"
               + (" " + ", ".join(f"{x:.2f}" if (x := scaling(run[(opt, nb, wl)], t)) else "-"
                                 for run in runs) + " |" if many else ""))
