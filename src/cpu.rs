@@ -97,46 +97,97 @@ impl core::fmt::Display for Backend {
 /// The environment variable that overrides [`software_prefetch`]: `on`, `off` or `auto`.
 pub const PREFETCH_ENV: &str = "HALFSTEP_PREFETCH";
 
-/// Whether the x86 backends issue software prefetches on long runs (optimizer steps, stochastic
-/// conversions; a hint that never changes a bit). `auto` (the default) turns them on for Intel
-/// CPUs only, where they pay; on AMD they cost time (docs/DESIGN.md, "Software prefetching").
-/// Decided once per process; a value other than `on`, `off` or `auto` is reported on stderr once
-/// and read as `auto`.
+/// Where the x86 backends issue software prefetches (a hint that never changes a bit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Prefetch {
+    /// Nowhere.
+    Off,
+    /// On the optimizer steps' pieces of [`LARGE_PIECE`] elements or more only: the Zen 3 CPUs,
+    /// where prefetching pays out of the L3 and costs inside it.
+    LargePieces,
+    /// On the optimizer steps' and the conversions' long runs: Intel CPUs, or
+    /// `HALFSTEP_PREFETCH=on`.
+    LongRuns,
+}
+
+/// [`Prefetch::LargePieces`]' threshold, in elements: from 2M elements (16–28 bytes each in a step)
+/// a step's buffers outgrow a Zen 3 CPU's 32 MiB L3.
+pub(crate) const LARGE_PIECE: usize = 2 << 20;
+
+/// Whether the x86 backends issue software prefetches at all (optimizer steps, stochastic
+/// conversions; a hint that never changes a bit). `auto` (the default) turns them on where they
+/// were measured to pay: on Intel CPUs for long runs, on AMD's Zen 3 for the optimizer steps' pieces
+/// of 2M elements and more; on the other AMD CPUs measured they cost time (docs/DESIGN.md,
+/// "SIMD backends"). Decided once per process; a value other than `on`, `off` or `auto` is
+/// reported on stderr once and read as `auto`.
 pub fn software_prefetch() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
+    prefetch() != Prefetch::Off
+}
+
+/// The prefetch setting of this process ([`software_prefetch`]).
+pub(crate) fn prefetch() -> Prefetch {
+    static SETTING: OnceLock<Prefetch> = OnceLock::new();
+    *SETTING.get_or_init(|| {
         let value = std::env::var(PREFETCH_ENV).ok();
         prefetch_setting(value.as_deref()).unwrap_or_else(|other| {
             eprintln!("halfstep: {PREFETCH_ENV}={other:?} is not on, off or auto; using auto");
-            prefetch_pays()
+            prefetch_auto()
         })
     })
 }
 
 /// A `HALFSTEP_PREFETCH` value read: `on`/`1` and `off`/`0` force it, unset, empty or `auto`
-/// take [`prefetch_pays`]; anything else is returned as the error.
-fn prefetch_setting(value: Option<&str>) -> core::result::Result<bool, String> {
+/// take [`prefetch_auto`]; anything else is returned as the error.
+fn prefetch_setting(value: Option<&str>) -> core::result::Result<Prefetch, String> {
     match value.map(str::trim) {
-        Some("on") | Some("1") => Ok(true),
-        Some("off") | Some("0") => Ok(false),
-        None | Some("") | Some("auto") => Ok(prefetch_pays()),
+        Some("on") | Some("1") => Ok(Prefetch::LongRuns),
+        Some("off") | Some("0") => Ok(Prefetch::Off),
+        None | Some("") | Some("auto") => Ok(prefetch_auto()),
         Some(other) => Err(other.to_string()),
     }
 }
 
-/// `auto`'s choice: software prefetching on Intel CPUs, off elsewhere.
+/// `auto`'s choice, from the CPU's vendor, family and model (CPUID leaves 0 and 1).
 #[allow(unsafe_code)]
-fn prefetch_pays() -> bool {
+fn prefetch_auto() -> Prefetch {
     #[cfg(target_arch = "x86_64")]
     {
-        // CPUID leaf 0: the vendor string in EBX, EDX, ECX.
         #[allow(unused_unsafe)]
         // SAFETY: CPUID is available on every x86_64 CPU.
-        let r = unsafe { core::arch::x86_64::__cpuid(0) };
-        (r.ebx, r.edx, r.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e) // "Genu" "ineI" "ntel"
+        let (r0, r1) = unsafe {
+            (
+                core::arch::x86_64::__cpuid(0),
+                core::arch::x86_64::__cpuid(1),
+            )
+        };
+        // The family and model as Linux's /proc/cpuinfo shows them: the extended family counts
+        // where the base family is 15, the extended model on the families that have one (6, 15).
+        let base = (r1.eax >> 8) & 0xf;
+        let family = if base == 0xf {
+            base + ((r1.eax >> 20) & 0xff)
+        } else {
+            base
+        };
+        let model = ((r1.eax >> 12) & 0xf0) | ((r1.eax >> 4) & 0xf);
+        prefetch_for((r0.ebx, r0.edx, r0.ecx), family, model)
     }
+    // No x86 vendor: off.
     #[cfg(not(target_arch = "x86_64"))]
-    false
+    prefetch_for((0, 0, 0), 0, 0)
+}
+
+/// The vendor words of CPUID leaf 0 (EBX, EDX, ECX) for Intel and AMD.
+const INTEL: (u32, u32, u32) = (0x756e_6547, 0x4965_6e69, 0x6c65_746e); // "Genu" "ineI" "ntel"
+const AMD: (u32, u32, u32) = (0x6874_7541, 0x6974_6e65, 0x444d_4163); // "Auth" "enti" "cAMD"
+
+/// `auto`'s choice for a CPU: Intel prefetches long runs; AMD family 25 (19h) models 0x00–0x0F
+/// and 0x20–0x5F (Zen 3 and 3+) the optimizer steps' large pieces; every other CPU nothing.
+fn prefetch_for(vendor: (u32, u32, u32), family: u32, model: u32) -> Prefetch {
+    match (vendor, family, model) {
+        (INTEL, _, _) => Prefetch::LongRuns,
+        (AMD, 0x19, 0x00..=0x0f | 0x20..=0x5f) => Prefetch::LargePieces,
+        _ => Prefetch::Off,
+    }
 }
 
 /// Checks of the private prefetch setting, run by `tests/internals.rs`.
@@ -145,18 +196,28 @@ pub(crate) mod checks {
     use super::*;
 
     pub(crate) fn prefetch_setting_reads_on_off_auto() {
-        assert_eq!(prefetch_setting(Some("on")), Ok(true));
-        assert_eq!(prefetch_setting(Some(" 1 ")), Ok(true));
-        assert_eq!(prefetch_setting(Some("off")), Ok(false));
-        assert_eq!(prefetch_setting(Some("0")), Ok(false));
+        assert_eq!(prefetch_setting(Some("on")), Ok(Prefetch::LongRuns));
+        assert_eq!(prefetch_setting(Some(" 1 ")), Ok(Prefetch::LongRuns));
+        assert_eq!(prefetch_setting(Some("off")), Ok(Prefetch::Off));
+        assert_eq!(prefetch_setting(Some("0")), Ok(Prefetch::Off));
         for auto in [None, Some(""), Some("auto")] {
-            assert_eq!(prefetch_setting(auto), Ok(prefetch_pays()));
+            assert_eq!(prefetch_setting(auto), Ok(prefetch_auto()));
         }
         assert_eq!(prefetch_setting(Some("yes")), Err("yes".to_string()));
     }
 
-    /// `auto` is on exactly for Intel CPUs: checked against the kernel's own reading of the vendor.
-    pub(crate) fn prefetch_pays_on_intel_only() {
+    /// `auto` by vendor, family and model; and on this CPU, against the kernel's own reading of
+    /// them.
+    pub(crate) fn prefetch_auto_follows_the_cpu() {
+        assert_eq!(prefetch_for(INTEL, 6, 0x8f), Prefetch::LongRuns);
+        assert_eq!(prefetch_for(AMD, 0x19, 0x01), Prefetch::LargePieces); // Zen 3, Milan
+        assert_eq!(prefetch_for(AMD, 0x19, 0x21), Prefetch::LargePieces); // Zen 3, Vermeer
+        assert_eq!(prefetch_for(AMD, 0x19, 0x50), Prefetch::LargePieces); // Zen 3, Cezanne
+        assert_eq!(prefetch_for(AMD, 0x19, 0x11), Prefetch::Off); // Zen 4, Genoa
+        assert_eq!(prefetch_for(AMD, 0x19, 0x61), Prefetch::Off); // Zen 4, Raphael
+        assert_eq!(prefetch_for(AMD, 0x1a, 0x02), Prefetch::Off); // Zen 5
+        assert_eq!(prefetch_for(AMD, 0x17, 0x31), Prefetch::Off); // Zen 2
+        assert_eq!(prefetch_for((0, 0, 0), 0x19, 0x01), Prefetch::Off);
         if cfg!(not(all(target_arch = "x86_64", target_os = "linux"))) {
             return;
         }
@@ -164,13 +225,28 @@ pub(crate) mod checks {
             eprintln!("skipped: /proc/cpuinfo is not readable");
             return;
         };
-        let vendor = info
-            .lines()
-            .find_map(|l| l.strip_prefix("vendor_id"))
-            .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_string());
-        match vendor {
-            Some(v) => assert_eq!(prefetch_pays(), v == "GenuineIntel", "vendor {v}"),
-            None => eprintln!("skipped: no vendor_id in /proc/cpuinfo"),
-        }
+        let field = |name: &str| {
+            info.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == name).then(|| v.trim().to_string())
+            })
+        };
+        let (Some(vendor), Some(family), Some(model)) =
+            (field("vendor_id"), field("cpu family"), field("model"))
+        else {
+            eprintln!("skipped: no vendor_id, cpu family or model in /proc/cpuinfo");
+            return;
+        };
+        let (family, model): (u32, u32) = (family.parse().unwrap(), model.parse().unwrap());
+        let expected = match vendor.as_str() {
+            "GenuineIntel" => Prefetch::LongRuns,
+            "AuthenticAMD" => prefetch_for(AMD, family, model),
+            _ => Prefetch::Off,
+        };
+        assert_eq!(
+            prefetch_auto(),
+            expected,
+            "{vendor} family {family} model {model}"
+        );
     }
 }

@@ -9,7 +9,7 @@ fn random_bit_fill_matches_the_reference_on_every_backend() {
 
 #[test]
 #[cfg_attr(miri, ignore = "CPUID is not supported under Miri")]
-fn prefetch_setting_reads_on_off_auto_and_pays_on_intel_only() {
+fn prefetch_setting_reads_on_off_auto_and_follows_the_cpu() {
     internals::prefetch_setting();
 }
 

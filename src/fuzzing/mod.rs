@@ -270,10 +270,10 @@ pub mod internals {
         crate::kernels::bits::checks::fill_matches_the_reference_on_every_backend();
     }
 
-    /// `HALFSTEP_PREFETCH` values, and `auto` on exactly for Intel CPUs.
+    /// `HALFSTEP_PREFETCH` values, and `auto`'s choice by CPU.
     pub fn prefetch_setting() {
         crate::cpu::checks::prefetch_setting_reads_on_off_auto();
-        crate::cpu::checks::prefetch_pays_on_intel_only();
+        crate::cpu::checks::prefetch_auto_follows_the_cpu();
     }
 
     /// How many LAMB norm blocks a piece of a tensor touches.

@@ -158,12 +158,15 @@ impl<V: arch::Simd + BitsFill> Simd for V {}
 const CONVERT_PREFETCH_AHEAD: isize = 1024;
 
 /// Whether a conversion of `n` elements prefetches ahead of each full chunk: from
-/// [`optim::PREFETCH_MIN`] elements, where software prefetching is on (Intel CPUs by default): a
+/// [`optim::PREFETCH_MIN`] elements, where software prefetching is on for long runs (Intel CPUs by
+/// default; not Zen 3's large pieces, measured on the optimizer steps only): a
 /// stochastic conversion's random-bit fill is a burst of arithmetic with no loads, through which the
 /// hardware prefetchers' streams fall behind (docs/DESIGN.md, "SIMD backends").
 #[inline(always)]
 fn convert_prefetches<V: Simd>(n: usize) -> bool {
-    V::HAS_PREFETCH && n >= optim::PREFETCH_MIN && crate::cpu::software_prefetch()
+    V::HAS_PREFETCH
+        && n >= optim::PREFETCH_MIN
+        && crate::cpu::prefetch() == crate::cpu::Prefetch::LongRuns
 }
 
 /// A conversion's chunk body with prefetching added: [`CONVERT_PREFETCH_AHEAD`] elements past each

@@ -780,6 +780,19 @@ unsafe fn prefetch_ahead<V: Simd, T>(p: *mut T, off: isize, bytes: usize) {
 /// parallel driver cuts large tensors into pieces of `elements / (4 × threads)`.
 pub(crate) const PREFETCH_MIN: usize = 128 * 1024;
 
+/// Whether a step's piece of `n` elements prefetches: from [`PREFETCH_MIN`] elements where
+/// prefetching is on for long runs, from [`crate::cpu::LARGE_PIECE`] on Zen 3 (docs/DESIGN.md, "SIMD
+/// backends": at 1M elements, inside its L3, prefetching cost that CPU 2–31%).
+#[inline(always)]
+fn step_prefetches(n: usize) -> bool {
+    use crate::cpu::{LARGE_PIECE, Prefetch, prefetch};
+    match prefetch() {
+        Prefetch::LongRuns => n >= PREFETCH_MIN,
+        Prefetch::LargePieces => n >= LARGE_PIECE,
+        Prefetch::Off => false,
+    }
+}
+
 mod adagrad;
 mod adam;
 mod driver;
