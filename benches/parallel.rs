@@ -194,7 +194,7 @@ fn word_range(b: usize, lo: usize, hi: usize) -> std::ops::Range<usize> {
 /// `Divider` is `Prefetched` with one correctly rounded square root and one division per element
 /// of the pass that has them in the optimizer (the first 4-byte updated buffer, as
 /// `x / (sqrt(x) + 1)`): the traffic and the divider's work of Adagrad and Adam and nothing else,
-/// so no implementation of SPEC.md can step them faster (BENCHMARKS.md, "Floors").
+/// which every step of theirs has to do at least (BENCHMARKS.md, "Floors").
 #[derive(Clone, Copy, PartialEq)]
 enum RoofLoop {
     Plain,
