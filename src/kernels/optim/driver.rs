@@ -518,7 +518,9 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
             s1: b.s1,
             s2: b.s2,
         };
-        let prefetch = V::HAS_PREFETCH && step_prefetches(n);
+        // The length first: a short step never reads the setting (whose first read looks up the
+        // environment).
+        let prefetch = V::HAS_PREFETCH && n >= PREFETCH_MIN && step_prefetches(n);
         run_chunks::<V, _>(base, n, &mut Driver { b, op, c, prefetch });
     }
 }
