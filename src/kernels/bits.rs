@@ -492,6 +492,102 @@ pub(crate) unsafe fn fill_block<V: Simd>(
     }
 }
 
+/// A conversion that can round each full chunk with random bits handed to it, for
+/// [`full_run_spans`].
+pub(crate) trait RoundsChunks<V: Simd> {
+    /// Rounds the full chunk at local offset `off` with the random bits `r` (one per lane, in the
+    /// low half): the bits [`RoundingBits::r16`] gives that chunk.
+    unsafe fn round_full(&mut self, off: isize, r: V::U);
+    /// The stream whose bits [`full_run_spans`] makes for this conversion, where it should
+    /// ([`spans_inline`]); `None`: the chunks take their bits from their [`RoundingBits`].
+    fn span_coord(&self) -> Option<BitsCoord>;
+}
+
+/// Whether a conversion with `rounding` runs its full chunks through [`full_run_spans`]: a
+/// stochastic one on a backend whose roundings otherwise read their bits from the out-of-line
+/// block (AVX2), where the CPU has the wide AES rounds (VAES). A conversion's loop has the
+/// registers the rounds need, which an optimizer's does not; with the rounds in it, they overlap
+/// the conversion's loads, shuffles and stores, where the block made the two run one after the
+/// other (docs/DESIGN.md, "Random bits: ARS-5").
+#[inline(always)]
+pub(crate) fn spans_inline<V: Simd>(rounding: Rounding) -> bool {
+    rounding == Rounding::Stochastic && V::RNG_BLOCK && V::wide_aes()
+}
+
+/// The full chunks from local offset `off` (global index `e`) up to global `end`, with the bits
+/// of `coord`'s stream made span by span ([`GroupBits`] with words) in this loop: each output
+/// word's low halves round its chunk, its high halves the chunk 16 elements on (SPEC.md §3.2,
+/// as [`FillBlock`] lays them out). A span the run starts or ends inside rounds only its chunks in
+/// `e .. end`. Each chunk is prefetched ahead of first where the body prefetches.
+#[inline(always)]
+pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
+    body: &mut B,
+    coord: BitsCoord,
+    mut off: isize,
+    mut e: u64,
+    end: u64,
+) {
+    unsafe {
+        const { assert!(V::RNG_VECTORS <= MAX_RNG_VECTORS) };
+        let l = V::LANES;
+        let span = 32 * GroupBits::<V, true>::SPAN;
+        let per_group = 16 / l;
+        let mut rng = GroupBits::<V, true>::new(coord);
+        let mask = V::splat_u(0xFFFF);
+        #[inline(always)]
+        unsafe fn round<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
+            b: &mut B,
+            off: isize,
+            r: V::U,
+        ) {
+            unsafe {
+                if b.prefetching() {
+                    b.prefetch(off);
+                }
+                b.round_full(off, r);
+            }
+        }
+        while e < end {
+            let first = e - e % span;
+            let words = rng.span_words(first / 32);
+            // Local offset of the span's first element (which may lie before the slice).
+            let o = off - (e - first) as isize;
+            if first == e && first + span <= end {
+                // Unrolled by hand: as a loop, LLVM kept the words on the stack.
+                macro_rules! word {
+                    ($v:expr) => {
+                        if $v < V::RNG_VECTORS {
+                            let c = o + (32 * ($v / per_group) + $v % per_group * l) as isize;
+                            round(body, c, V::and_u(words[$v], mask));
+                            round(body, c + 16, V::shr::<16>(words[$v]));
+                        }
+                    };
+                }
+                word!(0);
+                word!(1);
+                word!(2);
+                word!(3);
+                word!(4);
+                word!(5);
+                word!(6);
+                word!(7);
+            } else {
+                for (v, w) in words.iter().enumerate().take(V::RNG_VECTORS) {
+                    let at = (32 * (v / per_group) + v % per_group * l) as u64;
+                    for (half, r) in [(0, V::and_u(*w, mask)), (16, V::shr::<16>(*w))] {
+                        let ce = first + at + half;
+                        if ce >= e && ce < end {
+                            round(body, o + (at + half) as isize, r);
+                        }
+                    }
+                }
+            }
+            off = o + span as isize;
+            e = first + span;
+        }
+    }
+}
+
 /// Elements per block of [`RoundingBits`]' out-of-line fill: 8 KiB of words, which stay in L1 or
 /// L2 until the chunks read them, and enough elements that the call and the constants the kernel
 /// reloads after it (the kernel's loop keeps them in registers otherwise) cost little per element:

@@ -6,8 +6,8 @@
 use super::Simd;
 use super::round::{from_f16, to_bf16, to_bf16_high, to_f16};
 use super::{
-    BitsBlock, Chunk, ChunkBody, RoundingBits, Stage, run_chunks, run_conversion, stage_in,
-    stage_out,
+    BitsBlock, Chunk, ChunkBody, RoundingBits, Stage, conversion_full_run, run_chunks,
+    run_conversion, stage_in, stage_out,
 };
 use crate::reference::bits::BitsCoord;
 use crate::reference::round::Rounding;
@@ -23,6 +23,8 @@ struct NarrowK<V: Simd> {
     fmt: Narrow,
     rounding: Rounding,
     rng: RoundingBits<V>,
+    /// The stream, for [`super::full_run_spans`]' own generator.
+    coord: BitsCoord,
     src: *const f32,
     dst: *mut u16,
 }
@@ -32,6 +34,14 @@ impl<V: Simd> NarrowK<V> {
     unsafe fn chunk(&mut self, s: *const f32, d: *mut u16, e: u64) {
         unsafe {
             let r = self.rng.for_rounding::<false>(self.rounding, e);
+            self.chunk_with(s, d, r)
+        }
+    }
+
+    /// The chunk at `s` rounded with the random bits `r` (low halves).
+    #[inline(always)]
+    unsafe fn chunk_with(&self, s: *const f32, d: *mut u16, r: V::U) {
+        unsafe {
             let b = V::to_bits(V::load(s));
             match self.fmt {
                 // A chunk without NaN (nearly all) skips `to_bf16`'s NaN lanes: one compare and
@@ -60,7 +70,13 @@ impl<V: Simd> ChunkBody<V> for NarrowK<V> {
             stage_out(st.h.as_ptr(), self.dst, c);
         }
     }
+    #[inline(always)]
+    unsafe fn full_run(&mut self, off: isize, e: u64, end: u64) {
+        unsafe { conversion_full_run::<V, Self>(self, off, e, end) }
+    }
 }
+
+rounds_chunks!(NarrowK);
 
 /// f32 -> bf16 or f16 with `rounding`, random bits from `coord` at global index `base`.
 #[inline(always)]
@@ -96,6 +112,7 @@ unsafe fn narrow_run<V: Simd>(
             fmt,
             rounding,
             rng: RoundingBits::new(*coord, base + src.len() as u64, &mut block),
+            coord: *coord,
             src: src.as_ptr(),
             dst,
         };

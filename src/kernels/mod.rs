@@ -35,6 +35,23 @@ macro_rules! per_rounding {
     };
 }
 
+/// [`RoundsChunks`] for a conversion body with the fields `rounding`, `coord`, `src` and `dst` and
+/// a method `chunk_with(s, d, r)` that rounds the chunk at `s` into `d` with the bits `r`.
+macro_rules! rounds_chunks {
+    ($body:ident) => {
+        impl<V: Simd> $crate::kernels::RoundsChunks<V> for $body<V> {
+            #[inline(always)]
+            unsafe fn round_full(&mut self, off: isize, r: V::U) {
+                unsafe { self.chunk_with(self.src.offset(off), self.dst.offset(off), r) }
+            }
+            #[inline(always)]
+            fn span_coord(&self) -> Option<$crate::reference::bits::BitsCoord> {
+                $crate::kernels::spans_inline::<V>(self.rounding).then_some(self.coord)
+            }
+        }
+    };
+}
+
 pub(crate) mod bits;
 pub(crate) mod convert;
 pub(crate) mod optim;
@@ -43,7 +60,10 @@ pub(crate) mod round;
 
 use crate::arch::{self, MAX_LANES};
 
-pub(crate) use bits::{BitsBlock, BitsFill, GroupBits, RoundingBits};
+use crate::reference::bits::BitsCoord;
+pub(crate) use bits::{
+    BitsBlock, BitsFill, GroupBits, RoundingBits, RoundsChunks, full_run_spans, spans_inline,
+};
 
 /// One chunk of `V::LANES` lanes: lane `l` is global element `e + l`, local element `off + l`;
 /// lanes `lo..hi` are inside the slice.
@@ -177,7 +197,7 @@ struct Prefetched<'a, B, T> {
     dst: *mut T,
 }
 
-impl<V: Simd, B: ChunkBody<V>, T> ChunkBody<V> for Prefetched<'_, B, T> {
+impl<V: Simd, B: ChunkBody<V> + RoundsChunks<V>, T> ChunkBody<V> for Prefetched<'_, B, T> {
     #[inline(always)]
     fn prefetching(&self) -> bool {
         true
@@ -205,12 +225,44 @@ impl<V: Simd, B: ChunkBody<V>, T> ChunkBody<V> for Prefetched<'_, B, T> {
     unsafe fn partial(&mut self, c: &Chunk) {
         unsafe { self.body.partial(c) }
     }
+    #[inline(always)]
+    unsafe fn full_run(&mut self, off: isize, e: u64, end: u64) {
+        unsafe { conversion_full_run::<V, Self>(self, off, e, end) }
+    }
+}
+
+impl<V: Simd, B: RoundsChunks<V>, T> RoundsChunks<V> for Prefetched<'_, B, T> {
+    #[inline(always)]
+    unsafe fn round_full(&mut self, off: isize, r: V::U) {
+        unsafe { self.body.round_full(off, r) }
+    }
+    #[inline(always)]
+    fn span_coord(&self) -> Option<BitsCoord> {
+        self.body.span_coord()
+    }
+}
+
+/// A conversion's full chunks ([`ChunkBody::full_run`]): span by span with the bits made in the
+/// loop where [`RoundsChunks::span_coord`] says so, else chunk by chunk.
+#[inline(always)]
+pub(crate) unsafe fn conversion_full_run<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
+    body: &mut B,
+    off: isize,
+    e: u64,
+    end: u64,
+) {
+    unsafe {
+        match body.span_coord() {
+            Some(coord) => full_run_spans::<V, B>(body, coord, off, e, end),
+            None => full_run_plain::<V, B>(body, off, e, end),
+        }
+    }
 }
 
 /// [`run_chunks`] for a conversion from `src` to `dst` (element `i` of the body's slices is
 /// element `i` of both), prefetching where [`convert_prefetches`] says so.
 #[inline(always)]
-pub(crate) unsafe fn run_conversion<V: Simd, B: ChunkBody<V>, T>(
+pub(crate) unsafe fn run_conversion<V: Simd, B: ChunkBody<V> + RoundsChunks<V>, T>(
     base: u64,
     src: &[f32],
     dst: *mut T,

@@ -12,7 +12,8 @@
 use super::Simd;
 use super::round::{Small, from_small, to_small};
 use super::{
-    BitsBlock, Chunk, ChunkBody, RoundingBits, run_chunks, run_conversion, stage_in, stage_out,
+    BitsBlock, Chunk, ChunkBody, RoundingBits, conversion_full_run, run_chunks, run_conversion,
+    stage_in, stage_out,
 };
 use crate::arch::MAX_LANES;
 use crate::reference::bits::BitsCoord;
@@ -79,6 +80,8 @@ struct ToFp8<V: Simd> {
     fmt: Fp8,
     rounding: Rounding,
     rng: RoundingBits<V>,
+    /// The stream, for [`super::full_run_spans`]' own generator.
+    coord: BitsCoord,
     src: *const f32,
     dst: *mut u8,
 }
@@ -88,6 +91,14 @@ impl<V: Simd> ToFp8<V> {
     unsafe fn chunk(&mut self, s: *const f32, d: *mut u8, e: u64) {
         unsafe {
             let r = self.rng.for_rounding::<false>(self.rounding, e);
+            self.chunk_with(s, d, r)
+        }
+    }
+
+    /// The chunk at `s` rounded with the random bits `r` (low halves).
+    #[inline(always)]
+    unsafe fn chunk_with(&self, s: *const f32, d: *mut u8, r: V::U) {
+        unsafe {
             let b = V::to_bits(V::load(s));
             let code = match self.fmt {
                 Fp8::E4M3 => to_small::<V, 3>(&E4M3_V, b, self.rounding, r),
@@ -113,7 +124,13 @@ impl<V: Simd> ChunkBody<V> for ToFp8<V> {
             stage_out(b.as_ptr(), self.dst, c);
         }
     }
+    #[inline(always)]
+    unsafe fn full_run(&mut self, off: isize, e: u64, end: u64) {
+        unsafe { conversion_full_run::<V, Self>(self, off, e, end) }
+    }
 }
+
+rounds_chunks!(ToFp8);
 
 /// f32 -> fp8 codes with `rounding`, random bits from `coord` at global index `base`.
 #[inline(always)]
@@ -157,6 +174,7 @@ unsafe fn fp8_run<V: Simd>(
             fmt,
             rounding,
             rng: RoundingBits::new(*coord, base + src.len() as u64, &mut block),
+            coord: *coord,
             src: src.as_ptr(),
             dst,
         };

@@ -1,0 +1,56 @@
+//! Times the f32 conversions that round: bf16 nearest-even and stochastic, f16 and fp8 (E4M3)
+//! stochastic, in ns per element, each the fastest of `reps` calls (default 200), the four
+//! interleaved call by call so that all see the same machine state. The ratios of one run are
+//! what to read on a noisy host: stochastic over nearest-even, and one build over another.
+//!
+//! `cargo run --release --example convert_timer -- <elements> [reps]`
+//! (`HALFSTEP_BACKEND` picks the backend, `HALFSTEP_VAES=off` AVX2's 128-bit rounds).
+
+use halfstep::convert::{f32_to_bf16, f32_to_f16};
+use halfstep::quant::{Fp8, f32_to_fp8};
+use halfstep::{Rounding, StepContext, TensorStream, bf16, f16};
+use std::time::Instant;
+
+fn main() {
+    let usage = "usage: convert_timer <elements> [reps]";
+    let mut args = std::env::args().skip(1);
+    let n: usize = args.next().expect(usage).parse().expect(usage);
+    let reps: usize = args.next().map_or(200, |s| s.parse().expect(usage));
+    let src: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+    let mut b16 = vec![bf16::ZERO; n];
+    let mut h16 = vec![f16::ZERO; n];
+    let mut q8 = vec![0u8; n];
+    let ctx = StepContext::new(1, 1);
+    let stream = TensorStream::new(3);
+    let mut best = [f64::MAX; 4];
+    for _ in 0..reps {
+        for (k, t) in best.iter_mut().enumerate() {
+            let start = Instant::now();
+            match k {
+                0 => f32_to_bf16(&src, &mut b16, Rounding::NearestEven, &ctx, &stream),
+                1 => f32_to_bf16(&src, &mut b16, Rounding::Stochastic, &ctx, &stream),
+                2 => f32_to_f16(&src, &mut h16, Rounding::Stochastic, &ctx, &stream),
+                _ => f32_to_fp8(
+                    &src,
+                    &mut q8,
+                    Fp8::E4M3,
+                    Rounding::Stochastic,
+                    &ctx,
+                    &stream,
+                ),
+            }
+            .expect("the buffers match");
+            *t = t.min(start.elapsed().as_secs_f64());
+        }
+    }
+    let ns = |t: f64| t * 1e9 / n as f64;
+    println!("elements {n}, fastest of {reps} calls, ns per element:");
+    println!(
+        "bf16 nearest {:.4}  bf16 SR {:.4}  f16 SR {:.4}  e4m3 SR {:.4}  bf16 SR / nearest {:.2}",
+        ns(best[0]),
+        ns(best[1]),
+        ns(best[2]),
+        ns(best[3]),
+        best[1] / best[0]
+    );
+}
