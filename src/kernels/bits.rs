@@ -100,6 +100,13 @@ unsafe fn per_block<V: Simd>(f: impl Fn(usize) -> [u32; 4]) -> V::U {
 impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
     /// Output vectors per group (16 words).
     const PER_GROUP: usize = 16 / V::LANES;
+
+    /// The offset, from the span's first element, of the elements whose bits are the low halves
+    /// of the span's output vector `v` ([`Self::span_words`]); its high halves are the 16 after.
+    #[inline(always)]
+    pub(crate) const fn word_offset(v: usize) -> usize {
+        32 * (v / Self::PER_GROUP) + v % Self::PER_GROUP * V::LANES
+    }
     /// Whether this span cache may run the backend's wide AES rounds ([`crate::arch::Simd::WIDE_AES`]): only
     /// the bulk fill (`WORDS`). In the rounding kernels the run-time choice between the two forms
     /// changed the code LLVM made for the whole loop: on a CPU without VAES (AVX2, 128-bit rounds)
@@ -336,9 +343,7 @@ impl<V: Simd> ChunkBody<V> for FillBits<'_, V> {
     #[inline(always)]
     unsafe fn full_run(&mut self, mut off: isize, mut e: u64, end: u64) {
         unsafe {
-            let l = V::LANES;
             let span = 32 * GroupBits::<V, true>::SPAN;
-            let per_group = 16 / l;
             let head_end = e.next_multiple_of(32).min(end);
             full_run_plain::<V, Self>(self, off, e, head_end);
             off += (head_end - e) as isize;
@@ -351,9 +356,8 @@ impl<V: Simd> ChunkBody<V> for FillBits<'_, V> {
             while e + span <= end {
                 let words = self.rng.span_words(e / 32);
                 for (v, w) in words.iter().enumerate().take(V::RNG_VECTORS) {
-                    let lo = self
-                        .dst
-                        .offset(off + (32 * (v / per_group) + v % per_group * l) as isize);
+                    let at = GroupBits::<V, true>::word_offset(v) as isize;
+                    let lo = self.dst.offset(off + at);
                     V::store_u16_halves(lo.add(16), lo, *w);
                 }
                 off += span as isize;
@@ -436,9 +440,7 @@ impl<V: Simd> ChunkBody<V> for FillBlock<'_, V> {
     #[inline(always)]
     unsafe fn full_run(&mut self, mut off: isize, mut e: u64, end: u64) {
         unsafe {
-            let l = V::LANES;
             let span = 32 * GroupBits::<V, true>::SPAN;
-            let per_group = 16 / l;
             let head_end = e.next_multiple_of(32).min(end);
             full_run_plain::<V, Self>(self, off, e, head_end);
             off += (head_end - e) as isize;
@@ -451,10 +453,8 @@ impl<V: Simd> ChunkBody<V> for FillBlock<'_, V> {
             while e + span <= end {
                 let words = self.rng.span_words(e / 32);
                 for (v, w) in words.iter().enumerate().take(V::RNG_VECTORS) {
-                    self.store_word(
-                        off + (32 * (v / per_group) + v % per_group * l) as isize,
-                        *w,
-                    );
+                    let at = GroupBits::<V, true>::word_offset(v) as isize;
+                    self.store_word(off + at, *w);
                 }
                 off += span as isize;
                 e += span;
@@ -529,9 +529,7 @@ pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
 ) {
     unsafe {
         const { assert!(V::RNG_VECTORS <= MAX_RNG_VECTORS) };
-        let l = V::LANES;
         let span = 32 * GroupBits::<V, true>::SPAN;
-        let per_group = 16 / l;
         let mut rng = GroupBits::<V, true>::new(coord);
         let mask = V::splat_u(0xFFFF);
         #[inline(always)]
@@ -557,7 +555,7 @@ pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
                 macro_rules! word {
                     ($v:expr) => {
                         if $v < V::RNG_VECTORS {
-                            let c = o + (32 * ($v / per_group) + $v % per_group * l) as isize;
+                            let c = o + GroupBits::<V, true>::word_offset($v) as isize;
                             round(body, c, V::and_u(words[$v], mask));
                             round(body, c + 16, V::shr::<16>(words[$v]));
                         }
@@ -573,7 +571,7 @@ pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
                 word!(7);
             } else {
                 for (v, w) in words.iter().enumerate().take(V::RNG_VECTORS) {
-                    let at = (32 * (v / per_group) + v % per_group * l) as u64;
+                    let at = GroupBits::<V, true>::word_offset(v) as u64;
                     for (half, r) in [(0, V::and_u(*w, mask)), (16, V::shr::<16>(*w))] {
                         let ce = first + at + half;
                         if ce >= e && ce < end {
@@ -736,6 +734,12 @@ impl<V: Simd> RoundingBits<V> {
                 self.refill(e);
             }
         }
+    }
+
+    /// The stream these bits are drawn from.
+    #[inline(always)]
+    pub fn coord(&self) -> BitsCoord {
+        self.coord
     }
 
     /// Elements per block in block mode: a kernel that calls [`Self::prepare`] does so at each

@@ -23,8 +23,6 @@ struct NarrowK<V: Simd> {
     fmt: Narrow,
     rounding: Rounding,
     rng: RoundingBits<V>,
-    /// The stream, for [`super::full_run_spans`]' own generator.
-    coord: BitsCoord,
     src: *const f32,
     dst: *mut u16,
 }
@@ -112,7 +110,6 @@ unsafe fn narrow_run<V: Simd>(
             fmt,
             rounding,
             rng: RoundingBits::new(*coord, base + src.len() as u64, &mut block),
-            coord: *coord,
             src: src.as_ptr(),
             dst,
         };

@@ -35,8 +35,9 @@ macro_rules! per_rounding {
     };
 }
 
-/// [`RoundsChunks`] for a conversion body with the fields `rounding`, `coord`, `src` and `dst` and
-/// a method `chunk_with(s, d, r)` that rounds the chunk at `s` into `d` with the bits `r`.
+/// [`RoundsChunks`] for a conversion body with the fields `rounding`, `rng` (its
+/// [`RoundingBits`]), `src` and `dst` and a method `chunk_with(s, d, r)` that rounds the chunk at
+/// `s` into `d` with the bits `r`.
 macro_rules! rounds_chunks {
     ($body:ident) => {
         impl<V: Simd> $crate::kernels::RoundsChunks<V> for $body<V> {
@@ -46,7 +47,7 @@ macro_rules! rounds_chunks {
             }
             #[inline(always)]
             fn span_coord(&self) -> Option<$crate::reference::bits::BitsCoord> {
-                $crate::kernels::spans_inline::<V>(self.rounding).then_some(self.coord)
+                $crate::kernels::spans_inline::<V>(self.rounding).then(|| self.rng.coord())
             }
         }
     };

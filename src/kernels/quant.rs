@@ -80,8 +80,6 @@ struct ToFp8<V: Simd> {
     fmt: Fp8,
     rounding: Rounding,
     rng: RoundingBits<V>,
-    /// The stream, for [`super::full_run_spans`]' own generator.
-    coord: BitsCoord,
     src: *const f32,
     dst: *mut u8,
 }
@@ -174,7 +172,6 @@ unsafe fn fp8_run<V: Simd>(
             fmt,
             rounding,
             rng: RoundingBits::new(*coord, base + src.len() as u64, &mut block),
-            coord: *coord,
             src: src.as_ptr(),
             dst,
         };
