@@ -150,6 +150,11 @@ pub(crate) trait Simd: Copy + 'static {
     /// Whether the rounding kernels draw their bits a block at a time from the bulk fill, called
     /// out of line, rather than from AES rounds inside their loops (`kernels::RoundingBits`).
     const RNG_BLOCK: bool = false;
+    /// Whether the stochastic conversions make their random bits span by span in their own loop,
+    /// straight from the AES rounds' registers (`kernels::full_run_spans`), rather than as the
+    /// other rounding kernels draw them ([`Self::RNG_BLOCK`]). Where the backend has a wide form
+    /// of the rounds ([`Self::WIDE_AES`]), only on CPUs that run it.
+    const CONVERSION_SPANS: bool = false;
     unsafe fn to_bits(a: Self::F) -> Self::U;
     unsafe fn from_bits(a: Self::U) -> Self::F;
     /// u32 -> f32 for lanes below 2^24 (exact).

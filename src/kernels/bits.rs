@@ -38,15 +38,19 @@ pub(crate) struct GroupBits<V: Simd, const WORDS: bool = false> {
     consts: CounterConsts<V>,
 }
 
-/// The parts of a stream's ARS counters and keys that are the same for every vector, computed
-/// once in scalar code: counter words 1-3 are fixed within a span (SPEC.md §3.2: the high block
-/// bits and replica slot, the step, the stream word) and the six round keys for the whole stream.
+/// The parts of a stream's ARS counters and keys that are the same for every span, computed once
+/// in scalar code: counter words 1-3 are fixed within a span (SPEC.md §3.2: the high block bits
+/// and replica slot, the step, the stream word), and so are the low bits of word 0 that number a
+/// block within its span; and the six round keys for the whole stream.
 struct CounterConsts<V: Simd> {
-    /// Counter word 1 `template` was built for; `u64::MAX` before the first fill.
+    /// Counter word 1 `start` was built for; `u64::MAX` before the first fill.
     word1: u64,
-    /// Block `i` of a vector: `(i, word1, step, stream_word)`; a vector's counters are this plus
-    /// its first block's number in word 0 of each block.
-    template: V::U,
+    /// Counter vector `v` of a span from block 0, already XOR-ed with round key 0: block `i` of it
+    /// is `(v * LANES / 4 + i, word1, step, stream_word) ^ key0`. A span's first block is a
+    /// multiple of its `4 * SPAN` blocks, a power of two, so its block `j` is `first + j =
+    /// first ^ j`, and its vector `v` after round 0 is `start[v] ^ (first, 0, 0, 0)`: one XOR
+    /// where an addition and the XOR with the key were two.
+    start: [V::U; MAX_RNG_VECTORS],
     /// All ones in word 0 of each block, zero elsewhere.
     word0: V::U,
     /// The round keys of ARS-5, each repeated in every block.
@@ -132,7 +136,7 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
                 bits: [V::splat_u(0); 2 * MAX_RNG_VECTORS],
                 consts: CounterConsts {
                     word1: u64::MAX,
-                    template: V::splat_u(0),
+                    start: [V::splat_u(0); MAX_RNG_VECTORS],
                     word0: V::splat_u(0),
                     keys: [V::splat_u(0); 6],
                     wide: false,
@@ -149,11 +153,15 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
             let c = self.coord;
             let k = &mut self.consts;
             k.word1 = u64::from(word1);
-            k.template = per_block::<V>(|i| [i as u32, word1, c.step, c.stream_word]);
             k.word0 = per_block::<V>(|_| [u32::MAX, 0, 0, 0]);
             let keys: [[u32; 4]; 6] = round_keys(seed_key(c.seed));
             for (v, key) in k.keys.iter_mut().zip(keys) {
                 *v = per_block::<V>(|_| key);
+            }
+            let key0 = keys[0];
+            for (v, start) in k.start.iter_mut().enumerate().take(V::RNG_VECTORS) {
+                let ctr = |i: usize| [(v * V::LANES / 4 + i) as u32, word1, c.step, c.stream_word];
+                *start = per_block::<V>(|i| core::array::from_fn(|w| ctr(i)[w] ^ key0[w]));
             }
             k.wide = Self::WIDE_AES && V::wide_aes();
         }
@@ -188,14 +196,12 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
                 self.set_consts(word1);
             }
             let k = &self.consts;
-            // The first vector's counters, then each the previous one's plus `LANES / 4` blocks
-            // in word 0 (no carry: the span's blocks share word 1).
-            let mut ctr = V::add_u(k.template, V::and_u(V::splat_u(first as u32), k.word0));
-            let step = V::and_u(V::splat_u((V::LANES / 4) as u32), k.word0);
-            let mut x = [k.template; MAX_RNG_VECTORS];
-            for x in x.iter_mut().take(V::RNG_VECTORS) {
-                *x = V::xor_u(ctr, k.keys[0]);
-                ctr = V::add_u(ctr, step);
+            // Round 0 (the key XOR) on the counters: `CounterConsts::start` and the span's first
+            // block in word 0.
+            let f = V::and_u(V::splat_u(first as u32), k.word0);
+            let mut x = [f; MAX_RNG_VECTORS];
+            for (x, start) in x.iter_mut().zip(&k.start).take(V::RNG_VECTORS) {
+                *x = V::xor_u(*start, f);
             }
             if Self::WIDE_AES && k.wide {
                 ars_rounds::<V, true>(&mut x, &k.keys);
@@ -498,27 +504,38 @@ pub(crate) trait RoundsChunks<V: Simd> {
     /// Rounds the full chunk at local offset `off` with the random bits `r` (one per lane, in the
     /// low half): the bits [`RoundingBits::r16`] gives that chunk.
     unsafe fn round_full(&mut self, off: isize, r: V::U);
+    /// The full chunks at `off` and `off + 16`, with the bits `lo` and `hi`: the two chunks one
+    /// output word of [`full_run_spans`] rounds.
+    #[inline(always)]
+    unsafe fn round_pair(&mut self, off: isize, lo: V::U, hi: V::U) {
+        unsafe {
+            self.round_full(off, lo);
+            self.round_full(off + 16, hi);
+        }
+    }
     /// The stream whose bits [`full_run_spans`] makes for this conversion, where it should
     /// ([`spans_inline`]); `None`: the chunks take their bits from their [`RoundingBits`].
     fn span_coord(&self) -> Option<BitsCoord>;
 }
 
 /// Whether a conversion with `rounding` runs its full chunks through [`full_run_spans`]: a
-/// stochastic one on a backend whose roundings otherwise read their bits from the out-of-line
-/// block (AVX2), where the CPU has the wide AES rounds (VAES). A conversion's loop has the
-/// registers the rounds need, which an optimizer's does not; with the rounds in it, they overlap
-/// the conversion's loads, shuffles and stores, where the block made the two run one after the
-/// other (docs/DESIGN.md, "Random bits: ARS-5").
+/// stochastic one on a backend with [`crate::arch::Simd::CONVERSION_SPANS`] (AVX2, AVX-512), on
+/// AVX2 only where the CPU has the wide AES rounds (VAES). A conversion's loop has the registers
+/// the rounds need, which an optimizer's does not; with the rounds in it, they overlap the
+/// conversion's loads, shuffles and stores, where AVX2's block made the two run one after the
+/// other and AVX-512's span cache stored every span's bits to the stack and loaded them back
+/// (docs/DESIGN.md, "Random bits: ARS-5"). NEON keeps its span cache: not measured there.
 #[inline(always)]
 pub(crate) fn spans_inline<V: Simd>(rounding: Rounding) -> bool {
-    rounding == Rounding::Stochastic && V::RNG_BLOCK && V::wide_aes()
+    rounding == Rounding::Stochastic && V::CONVERSION_SPANS && (!V::WIDE_AES || V::wide_aes())
 }
 
 /// The full chunks from local offset `off` (global index `e`) up to global `end`, with the bits
 /// of `coord`'s stream made span by span ([`GroupBits`] with words) in this loop: each output
 /// word's low halves round its chunk, its high halves the chunk 16 elements on (SPEC.md §3.2,
-/// as [`FillBlock`] lays them out). A span the run starts or ends inside rounds only its chunks in
-/// `e .. end`. Each chunk is prefetched ahead of first where the body prefetches.
+/// as [`FillBlock`] lays them out), the two handed over together in whole spans
+/// ([`RoundsChunks::round_pair`]). A span the run starts or ends inside rounds only its chunks in
+/// `e .. end`, one by one. Each chunk is prefetched ahead of first where the body prefetches.
 #[inline(always)]
 pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
     body: &mut B,
@@ -556,8 +573,12 @@ pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
                     ($v:expr) => {
                         if $v < V::RNG_VECTORS {
                             let c = o + GroupBits::<V, true>::word_offset($v) as isize;
-                            round(body, c, V::and_u(words[$v], mask));
-                            round(body, c + 16, V::shr::<16>(words[$v]));
+                            if body.prefetching() {
+                                body.prefetch(c);
+                                body.prefetch(c + 16);
+                            }
+                            let w = words[$v];
+                            body.round_pair(c, V::and_u(w, mask), V::shr::<16>(w));
                         }
                     };
                 }

@@ -52,6 +52,25 @@ impl<V: Simd> NarrowK<V> {
             }
         }
     }
+
+    /// The chunks at `s` and `s + 16` rounded with the bits `lo` and `hi`. For bf16, one NaN test
+    /// for both (x86: one compare and one branch where each chunk took its own).
+    #[inline(always)]
+    unsafe fn pair_with(&self, s: *const f32, d: *mut u16, lo: V::U, hi: V::U) {
+        unsafe {
+            if self.fmt == Narrow::Bf16 {
+                let (a, b) = (V::load(s), V::load(s.add(16)));
+                if !V::any(V::is_nan2(a, b)) {
+                    V::store_u16_high(d, to_bf16_high::<V>(V::to_bits(a), self.rounding, lo));
+                    let b = to_bf16_high::<V>(V::to_bits(b), self.rounding, hi);
+                    V::store_u16_high(d.add(16), b);
+                    return;
+                }
+            }
+            self.chunk_with(s, d, lo);
+            self.chunk_with(s.add(16), d.add(16), hi);
+        }
+    }
 }
 
 impl<V: Simd> ChunkBody<V> for NarrowK<V> {
@@ -74,7 +93,7 @@ impl<V: Simd> ChunkBody<V> for NarrowK<V> {
     }
 }
 
-rounds_chunks!(NarrowK);
+rounds_chunks!(NarrowK, pairs);
 
 /// f32 -> bf16 or f16 with `rounding`, random bits from `coord` at global index `base`.
 #[inline(always)]

@@ -37,10 +37,23 @@ macro_rules! per_rounding {
 
 /// [`RoundsChunks`] for a conversion body with the fields `rounding`, `rng` (its
 /// [`RoundingBits`]), `src` and `dst` and a method `chunk_with(s, d, r)` that rounds the chunk at
-/// `s` into `d` with the bits `r`.
+/// `s` into `d` with the bits `r`; with `pairs`, also `pair_with(s, d, lo, hi)`, which rounds the
+/// chunks at `s` and `s + 16` ([`RoundsChunks::round_pair`]).
 macro_rules! rounds_chunks {
+    ($body:ident, pairs) => {
+        rounds_chunks!($body, {
+            #[inline(always)]
+            unsafe fn round_pair(&mut self, off: isize, lo: V::U, hi: V::U) {
+                unsafe { self.pair_with(self.src.offset(off), self.dst.offset(off), lo, hi) }
+            }
+        });
+    };
     ($body:ident) => {
+        rounds_chunks!($body, {});
+    };
+    ($body:ident, { $($pair:tt)* }) => {
         impl<V: Simd> $crate::kernels::RoundsChunks<V> for $body<V> {
+            $($pair)*
             #[inline(always)]
             unsafe fn round_full(&mut self, off: isize, r: V::U) {
                 unsafe { self.chunk_with(self.src.offset(off), self.dst.offset(off), r) }
@@ -236,6 +249,10 @@ impl<V: Simd, B: RoundsChunks<V>, T> RoundsChunks<V> for Prefetched<'_, B, T> {
     #[inline(always)]
     unsafe fn round_full(&mut self, off: isize, r: V::U) {
         unsafe { self.body.round_full(off, r) }
+    }
+    #[inline(always)]
+    unsafe fn round_pair(&mut self, off: isize, lo: V::U, hi: V::U) {
+        unsafe { self.body.round_pair(off, lo, hi) }
     }
     #[inline(always)]
     fn span_coord(&self) -> Option<BitsCoord> {

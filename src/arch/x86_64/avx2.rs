@@ -198,6 +198,7 @@ impl Simd for Avx2 {
     // registers, and inline the rounds are the 128-bit ones every AVX2 CPU has; the block fill
     // runs VAES where the CPU has it (docs/DESIGN.md, "Random bits: ARS-5").
     const RNG_BLOCK: bool = true;
+    const CONVERSION_SPANS: bool = true;
     const HAS_PREFETCH: bool = true;
     #[inline(always)]
     unsafe fn prefetch(p: *const u8) {

@@ -155,6 +155,9 @@ impl Simd for Avx512 {
         unsafe { _mm512_aesenclast_epi128(a, round_key) }
     }
     const RNG_VECTORS: usize = 8;
+    // The span cache stored every span's bits to the stack and loaded them back: f32 -> bf16 SR
+    // took 1.83 times nearest-even's time in cache, 1.32 this way (docs/DESIGN.md, "Random bits").
+    const CONVERSION_SPANS: bool = true;
     const HAS_PREFETCH: bool = true;
     const OVERLAP_CHUNKS: bool = true;
     const STORE_GROUP: usize = 2;
