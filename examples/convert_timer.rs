@@ -1,14 +1,16 @@
 //! Times the f32 conversions that round: bf16 nearest-even and stochastic, f16 and fp8 (E4M3)
-//! stochastic, in ns per element, each the fastest of `reps` calls (default 200), the four
-//! interleaved call by call so that all see the same machine state. The ratios of one run are
+//! stochastic, and the random bits alone (`fill_element_bits`, 16 per element), in ns per element,
+//! each the fastest of `reps` calls (default 200), the five interleaved call by call so that all
+//! see the same machine state. The ratios of one run are
 //! what to read on a noisy host: stochastic over nearest-even, and one build over another.
 //!
 //! `cargo run --release --example convert_timer -- <elements> [reps]`
 //! (`HALFSTEP_BACKEND` picks the backend, `HALFSTEP_VAES=off` AVX2's 128-bit rounds).
 
+use halfstep::convert::fill_element_bits;
 use halfstep::convert::{f32_to_bf16, f32_to_f16};
 use halfstep::quant::{Fp8, f32_to_fp8};
-use halfstep::{Rounding, StepContext, TensorStream, bf16, f16};
+use halfstep::{Purpose, Rounding, StepContext, TensorStream, bf16, f16};
 use std::time::Instant;
 
 fn main() {
@@ -20,9 +22,10 @@ fn main() {
     let mut b16 = vec![bf16::ZERO; n];
     let mut h16 = vec![f16::ZERO; n];
     let mut q8 = vec![0u8; n];
+    let mut bits = vec![0u16; n];
     let ctx = StepContext::new(1, 1);
     let stream = TensorStream::new(3);
-    let mut best = [f64::MAX; 4];
+    let mut best = [f64::MAX; 5];
     for _ in 0..reps {
         for (k, t) in best.iter_mut().enumerate() {
             let start = Instant::now();
@@ -30,6 +33,7 @@ fn main() {
                 0 => f32_to_bf16(&src, &mut b16, Rounding::NearestEven, &ctx, &stream),
                 1 => f32_to_bf16(&src, &mut b16, Rounding::Stochastic, &ctx, &stream),
                 2 => f32_to_f16(&src, &mut h16, Rounding::Stochastic, &ctx, &stream),
+                4 => fill_element_bits(&ctx, &stream, Purpose::Weights, &mut bits),
                 _ => f32_to_fp8(
                     &src,
                     &mut q8,
@@ -46,11 +50,12 @@ fn main() {
     let ns = |t: f64| t * 1e9 / n as f64;
     println!("elements {n}, fastest of {reps} calls, ns per element:");
     println!(
-        "bf16 nearest {:.4}  bf16 SR {:.4}  f16 SR {:.4}  e4m3 SR {:.4}  bf16 SR / nearest {:.2}",
+        "bf16 nearest {:.4}  bf16 SR {:.4}  f16 SR {:.4}  e4m3 SR {:.4}  bf16 SR / nearest {:.2}  bits {:.4}",
         ns(best[0]),
         ns(best[1]),
         ns(best[2]),
         ns(best[3]),
-        best[1] / best[0]
+        best[1] / best[0],
+        ns(best[4])
     );
 }
