@@ -13,7 +13,8 @@ use halfstep::{
 };
 use rand_core::Rng;
 
-/// Every available backend except the reference, as engines; reports the skipped ones once.
+/// Every available backend except the reference (only the one `HALFSTEP_BACKEND` names, where it
+/// names one), as engines; reports the skipped ones once.
 fn backends() -> Vec<Engine> {
     common::available_engines("agreement", false)
 }

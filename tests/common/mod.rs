@@ -220,12 +220,27 @@ impl OwnedState {
 /// `with_reference`), after one line for each backend it lacks, once per test binary. The line
 /// goes straight to stderr: `println!` is captured by the test harness and shown only for a
 /// failing test, so a skipped backend would pass unseen.
+///
+/// Where `HALFSTEP_BACKEND` names a backend, only that one (CI runs the suites once per backend
+/// so: each run checks its own, where each had checked them all, and a plain `cargo test` checks
+/// them all at once); a line says so.
 pub fn available_engines(suite: &str, with_reference: bool) -> Vec<halfstep::Engine> {
     use halfstep::{ALL_BACKENDS, Backend, Engine};
     use std::io::Write;
+    let forced = match std::env::var(halfstep::BACKEND_ENV)
+        .ok()
+        .as_deref()
+        .map(str::trim)
+    {
+        None | Some("") | Some("auto") => None,
+        Some(name) => Some(Backend::from_name(name).expect("HALFSTEP_BACKEND names a backend")),
+    };
     static REPORT: std::sync::Once = std::sync::Once::new();
     REPORT.call_once(|| {
         let mut err = std::io::stderr().lock();
+        if let Some(b) = forced {
+            let _ = writeln!(err, "{suite}: HALFSTEP_BACKEND={b}: that backend only");
+        }
         for b in ALL_BACKENDS.into_iter().filter(|b| !b.is_available()) {
             let _ = writeln!(
                 err,
@@ -236,6 +251,7 @@ pub fn available_engines(suite: &str, with_reference: bool) -> Vec<halfstep::Eng
     Backend::available()
         .into_iter()
         .filter(|&b| with_reference || b != Backend::Reference)
+        .filter(|&b| forced.is_none_or(|f| b == f || b == Backend::Reference))
         .map(|b| Engine::new(b).unwrap())
         .collect()
 }
