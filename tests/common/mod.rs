@@ -238,8 +238,17 @@ pub fn available_engines(suite: &str, with_reference: bool) -> Vec<halfstep::Eng
     static REPORT: std::sync::Once = std::sync::Once::new();
     REPORT.call_once(|| {
         let mut err = std::io::stderr().lock();
-        if let Some(b) = forced {
-            let _ = writeln!(err, "{suite}: HALFSTEP_BACKEND={b}: that backend only");
+        match forced {
+            Some(Backend::Reference) if !with_reference => {
+                let _ = writeln!(
+                    err,
+                    "{suite}: HALFSTEP_BACKEND=reference: no other backend to compare with the reference"
+                );
+            }
+            Some(b) => {
+                let _ = writeln!(err, "{suite}: HALFSTEP_BACKEND={b}: that backend only");
+            }
+            None => {}
         }
         for b in ALL_BACKENDS.into_iter().filter(|b| !b.is_available()) {
             let _ = writeln!(
