@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""The "fastest peer / halfstep" tables of BENCHMARKS.md, from the JSON that
+`../shared/bench/peers_user.py --json OUT` writes.
+
+    tools/fastest_peer.py [--ipex] OUT.json [MORE.json ...]
+
+In each alternation, the fastest fp32 peer is the shortest step time among torch fused and DeepSpeed
+(and IPEX's fp32 step with --ipex, where installed); a cell is the median over the alternations of
+that time over halfstep's in the same alternation (> 1: halfstep faster). Printed as markdown:
+
+- per update and thread count, fp32 / split (split weights, bf16 gradients) for each workload; with
+  --ipex, halfstep's split step is also measured against IPEX's split step;
+- AdamW's memory-saving layouts: split weights with bf16-SR states, and bf16-SR weights against
+  DeepSpeed's bf16 step (round to nearest, no master weights).
+"""
+import json
+import statistics
+import sys
+
+FP32_PEERS = {"torch", "ds"}
+ORDER = ["16", "4K", "64K", "256K", "1M", "4M", "16M", "64M", "gpt2"]
+
+
+def workload_key(w):
+    return (ORDER.index(w), w) if w in ORDER else (len(ORDER), w)
+
+
+def cells(rows, peers, peer_of, halfstep):
+    """{(group, threads, workload): median over alternations of peer time / halfstep time}."""
+    by = {}
+    for r in rows:
+        if "times_s" in r:
+            by.setdefault((r["group"], r["threads"], r["workload"]), {})[r["entry"]] = r["times_s"]
+    out = {}
+    for key, entries in by.items():
+        if halfstep not in entries:
+            continue
+        mine = entries[halfstep]
+        theirs = [entries[p] for p in peer_of(key[0], peers) if p in entries]
+        if not theirs:
+            continue
+        ratios = [min(t[i] for t in theirs) / mine[i] for i in range(len(mine))]
+        out[key] = statistics.median(ratios)
+    return out
+
+
+def main():
+    args = sys.argv[1:]
+    ipex = "--ipex" in args
+    files = [a for a in args if a != "--ipex"]
+    if not files:
+        sys.exit(__doc__)
+    rows = []
+    for f in files:
+        d = json.load(open(f))
+        # One run per thread count, merged under "runs" when --threads named several.
+        for run in d.get("runs", [d]):
+            rows += run["rows"]
+    peers = FP32_PEERS | ({"ipex"} if ipex else set())
+
+    def fp32_peers(_group, peers):
+        return sorted(peers)
+
+    def split_peers(_group, peers):
+        # IPEX's own split step is a peer of halfstep's, and faster than its fp32 one for SGD.
+        return sorted(peers | ({"ipex_split"} if ipex else set()))
+
+    fp32 = cells(rows, peers, fp32_peers, "hs")
+    split = cells(rows, peers, split_peers, "hs_split")
+    keys = sorted(set(fp32) | set(split))
+    workloads = sorted({k[2] for k in keys}, key=workload_key)
+    names = " and ".join(["torch fused", "DeepSpeed"] + (["IPEX"] if ipex else []))
+    print(f"Fastest fp32 peer ({names}) / halfstep, fp32 / split" + (" (and IPEX split / split)" if ipex else "") + ":\n")
+    print("| update | threads | " + " | ".join(workloads) + " |")
+    print("|---|---|" + "---|" * len(workloads))
+    for group, threads in sorted({(k[0], k[1]) for k in keys}):
+        row = []
+        for w in workloads:
+            a, b = fp32.get((group, threads, w)), split.get((group, threads, w))
+            row.append("–" if a is None else f"{a:.2f} / {b:.2f}" if b is not None else f"{a:.2f}")
+        print(f"| {group} | {threads} | " + " | ".join(row) + " |")
+
+    states = cells(rows, peers, fp32_peers, "hs_split_sbf16")
+    bf16w = cells(rows, peers, lambda _g, _p: ["ds_bf16w"], "hs_bf16w")
+    if states or bf16w:
+        print("\nAdamW: fastest fp32 peer / split weights with bf16-SR states; "
+              "DeepSpeed bf16 weights (nearest) / bf16-SR weights:\n")
+        print("| threads | " + " | ".join(workloads) + " |")
+        print("|---|" + "---|" * len(workloads))
+        for threads in sorted({k[1] for k in states} | {k[1] for k in bf16w}):
+            row = []
+            for w in workloads:
+                a, b = states.get(("adamw", threads, w)), bf16w.get(("adamw", threads, w))
+                row.append(("–" if a is None else f"{a:.2f}") + " / " + ("–" if b is None else f"{b:.2f}"))
+            print(f"| {threads} | " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
