@@ -6,7 +6,9 @@
 
 In each alternation, the fastest fp32 peer is the shortest step time among torch fused and DeepSpeed
 (and IPEX's fp32 step with --ipex, where installed); a cell is the median over the alternations of
-that time over halfstep's in the same alternation (> 1: halfstep faster). Printed as markdown:
+that time over halfstep's in the same alternation (> 1: halfstep faster), as peers_user.py takes its own
+one-peer ratios. Where two files hold the same update, workload and thread count, the later file's cell is
+the one printed. Printed as markdown:
 
 - per update and thread count, fp32 / split (split weights, bf16 gradients) for each workload; with
   --ipex, halfstep's split step is also measured against IPEX's split step;
