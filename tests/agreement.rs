@@ -26,13 +26,15 @@ fn reference() -> Engine {
 /// f32 patterns every kernel must get right: NaNs with payloads in the high and the low half,
 /// infinities, zeros, subnormals, the largest finite values, bf16 and f16 rounding ties, values
 /// whose rounding crosses a binade, and the f16 range limits.
-const SPECIALS: [u32; 30] = [
+const SPECIALS: [u32; 32] = [
     0x7FC0_0000,
     0xFFC0_0001,
     0x7FA0_0000,
     0x7F80_0001,
     0x7F80_FFFF,
-    0xFF80_0001, // NaN
+    0xFF80_0001,
+    0x7FFF_FFFF,
+    0xFFFF_8000, // NaN (the last two carry out of the sign if rounded as numbers)
     0x7F80_0000,
     0xFF80_0000,
     0x0000_0000,

@@ -54,12 +54,6 @@ pub(crate) unsafe fn to_bf16_high<V: Simd>(b: V::U, rounding: Rounding, r: V::U)
     unsafe { V::add_u(b, bf16_increment::<V>(b, rounding, r)) }
 }
 
-/// bf16 bits (low half of each lane) -> f32.
-#[inline(always)]
-pub(crate) unsafe fn from_bf16<V: Simd>(h: V::U) -> V::F {
-    unsafe { V::from_bits(V::shl::<16>(h)) }
-}
-
 /// SPEC.md §4.3's general rule on vectors: the magnitude code of `a` (finite magnitude bits) in a
 /// format with `MAN` mantissa bits and minimum normal exponent `emin`, exponent field unbounded
 /// above (as `crate::reference::round::round_magnitude`) up to `sat`: a magnitude at or above the

@@ -118,7 +118,14 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>) {
         unsafe {
-            let (m, vv) = moments::<V>(self.omb1, self.beta2, self.omb2, v.g, v.s[0], v.s[1]);
+            let (mut m, mut vv) =
+                moments::<V>(self.omb1, self.beta2, self.omb2, v.g, v.s[0], v.s[1]);
+            // `as_stored` of a bf16 buffer takes canonical NaNs: one test for both moments
+            // here, where its rounding had a NaN test per moment (AVX-512: 3 uops each).
+            if (L::S0::MAY_DRAW_BITS || L::S1::MAY_DRAW_BITS) && V::any(V::is_nan2(m, vv)) {
+                m = canonicalize::<V>(m);
+                vv = canonicalize::<V>(vv);
+            }
             let [r0, r1, _] = &mut b.rng_s;
             let m_stored = b.s0.as_stored(m, r0, e);
             let v_stored = b.s1.as_stored(vv, r1, e);

@@ -3,7 +3,7 @@
 //! kinds of one call's buffers) and the element-wise driver; one file per optimizer below.
 
 use super::Simd;
-use super::round::{canonicalize, from_bf16, to_bf16, to_bf16_high};
+use super::round::{canonicalize, to_bf16, to_bf16_high};
 use super::{
     BitsBlock, Chunk, ChunkBody, RoundingBits, Stage, full_run_plain, run_chunks, stage_in,
     stage_out,
@@ -133,10 +133,9 @@ trait Access<V: Simd>: Copy {
         unsafe { V::to_bits(v) }
     }
 
-    /// What reading the buffer back would give after storing `v`, but for a NaN's payload: a
-    /// NaN reads back canonical, and is returned as it came. Nothing downstream can tell (LAMB,
-    /// the one user, feeds it to arithmetic whose NaN results are canonicalised when stored, and
-    /// to norms whose NaN only fails comparisons).
+    /// What reading the buffer back would give after storing `v`, whose NaNs must be canonical
+    /// where [`Access::CANONICAL`] (as for [`Access::store`]). LAMB, the one user, canonicalises
+    /// first, once per chunk for both moments: the rounding then needs no NaN lanes of its own.
     #[inline(always)]
     unsafe fn as_stored(&self, v: V::F, _rng: &mut RoundingBits<V>, _e: u64) -> V::F {
         v
@@ -365,9 +364,14 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
         }
     }
 
+    /// The top half of what [`Access::store`] stores, with the low half cleared.
     #[inline(always)]
     unsafe fn as_stored(&self, v: V::F, rng: &mut RoundingBits<V>, e: u64) -> V::F {
-        unsafe { from_bf16::<V>(<Self as Access<V>>::encode(self, v, rng, e)) }
+        unsafe {
+            let r = rng.for_rounding::<true>(self.rounding(), e);
+            let high = to_bf16_high::<V>(V::to_bits(v), self.rounding(), r);
+            V::from_bits(V::and_u(high, V::splat_u(0xFFFF_0000)))
+        }
     }
 
     /// `v`'s NaNs are canonical ([`Access::CANONICAL`]), so the rounding needs no NaN lanes of its
