@@ -134,8 +134,9 @@ trait Access<V: Simd>: Copy {
     }
 
     /// What reading the buffer back would give after storing `v`, whose NaNs must be canonical
-    /// where [`Access::CANONICAL`] (as for [`Access::store`]). LAMB, the one user, canonicalises
-    /// first, once per chunk for both moments: the rounding then needs no NaN lanes of its own.
+    /// where the kind may be bf16 ([`Access::MAY_DRAW_BITS`]); f32 kinds return `v` as it came.
+    /// LAMB, the one user, canonicalises first, once per chunk for both moments: the rounding
+    /// then needs no NaN lanes of its own.
     #[inline(always)]
     unsafe fn as_stored(&self, v: V::F, _rng: &mut RoundingBits<V>, _e: u64) -> V::F {
         v
