@@ -255,6 +255,31 @@ pub(crate) trait Simd: Copy + 'static {
         unsafe { Self::store_packed_hi(p, Self::pack_u16_halves(v)) }
     }
 
+    /// Whether [`Simd::load_u16_high_pair`] and [`Simd::store_u16_high_pair`] take two consecutive
+    /// chunks' bf16 values with one shuffle per chunk read and one store per line written
+    /// (AVX-512: a two-table `vpermt2w`), so that the optimizers' grouped loops (`STORE_GROUP` 2)
+    /// use them for bf16 buffers. Otherwise they are the one-chunk forms twice, and those loops
+    /// keep their own order of loads and stores.
+    const PAIRED_U16: bool = false;
+    /// [`Simd::load_u16_high`] of the two chunks from `p`.
+    #[inline(always)]
+    unsafe fn load_u16_high_pair(p: *const u16) -> [Self::U; 2] {
+        unsafe {
+            [
+                Self::load_u16_high(p),
+                Self::load_u16_high(p.add(Self::LANES)),
+            ]
+        }
+    }
+    /// [`Simd::store_u16_high`] of the two chunks `v` to `p`.
+    #[inline(always)]
+    unsafe fn store_u16_high_pair(p: *mut u16, v: [Self::U; 2]) {
+        unsafe {
+            Self::store_u16_high(p, v[0]);
+            Self::store_u16_high(p.add(Self::LANES), v[1]);
+        }
+    }
+
     // ---- 8-bit and 4-bit memory (the low-bit formats)
     /// Loads `LANES` bytes, zero-extended.
     unsafe fn load_u8(p: *const u8) -> Self::U;

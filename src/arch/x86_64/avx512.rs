@@ -243,6 +243,30 @@ impl Simd for Avx512 {
         unsafe { _mm256_storeu_si256(hi.cast(), _mm512_extracti64x4_epi64::<1>(packed)) }
     }
 
+    const PAIRED_U16: bool = true;
+    #[inline(always)]
+    unsafe fn load_u16_high_pair(p: *const u16) -> [__m512i; 2] {
+        unsafe {
+            // One line read whole, and per chunk one `vpermt2w` that takes its high halves from
+            // the line and its low halves from zero, where each chunk took a load, a `vpermw` and
+            // a `vpandq` (LLVM's form of the zero-masked `vpermw`).
+            let (x, zero) = (_mm512_loadu_si512(p.cast()), _mm512_setzero_si512());
+            [
+                _mm512_permutex2var_epi16(zero, word_indices(&PAIR_SPREAD_FIRST), x),
+                _mm512_permutex2var_epi16(zero, word_indices(&PAIR_SPREAD_SECOND), x),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_u16_high_pair(p: *mut u16, v: [__m512i; 2]) {
+        unsafe {
+            // One `vpermt2w` gathers both chunks' high halves into one line and one store writes
+            // it, where each chunk took a `vpermw` and a 256-bit store.
+            let line = _mm512_permutex2var_epi16(v[0], word_indices(&PAIR_GATHER_HIGH), v[1]);
+            _mm512_storeu_si512(p.cast(), line);
+        }
+    }
+
     #[inline(always)]
     unsafe fn load_u8(p: *const u8) -> __m512i {
         unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
@@ -321,6 +345,64 @@ enum Words {
     /// Words `2l` and `2l + 1` are both word `l`: 16 u16 spread to 32-bit lanes.
     Spread,
 }
+
+/// `vpermt2w` index tables of two chunks ([`pair_table`]).
+static PAIR_SPREAD_FIRST: [u16; 32] = pair_table(Pair::SpreadFirst);
+static PAIR_SPREAD_SECOND: [u16; 32] = pair_table(Pair::SpreadSecond);
+static PAIR_GATHER_HIGH: [u16; 32] = pair_table(Pair::GatherHigh);
+
+/// `vpermt2w` index tables: index `i < 32` is word `i` of the first table, `32 + i` word `i`
+/// of the second.
+#[derive(Clone, Copy)]
+enum Pair {
+    /// Lane `l` of the result is `(second[l] << 16) | first[0]`: a line of 32 u16 (the second
+    /// table) spread to the high halves of the first chunk's 16 lanes, the low halves taken
+    /// from a zero first table.
+    SpreadFirst,
+    /// The same for words `16..32` of the line: the second chunk.
+    SpreadSecond,
+    /// Tables: two chunks of 16 lanes. Words `0..16` are the first chunk's high halves, words
+    /// `16..32` the second's.
+    GatherHigh,
+}
+
+/// The 32 indices of `kind`.
+const fn pair_table(kind: Pair) -> [u16; 32] {
+    let mut t = [0u16; 32];
+    let mut w = 0;
+    while w < 32 {
+        let x = w as u16;
+        t[w] = match kind {
+            Pair::SpreadFirst | Pair::SpreadSecond if x.is_multiple_of(2) => 0,
+            Pair::SpreadFirst => 32 + x / 2,
+            Pair::SpreadSecond => 48 + x / 2,
+            Pair::GatherHigh if x < 16 => 2 * x + 1,
+            Pair::GatherHigh => 32 + 2 * (x - 16) + 1,
+        };
+        w += 1;
+    }
+    t
+}
+
+// Checked when the crate compiles: gathering the high halves of the two spread chunks gives back
+// every word of the line.
+const _: () = {
+    let (first, second) = (
+        pair_table(Pair::SpreadFirst),
+        pair_table(Pair::SpreadSecond),
+    );
+    let high = pair_table(Pair::GatherHigh);
+    let mut w = 0;
+    while w < 32 {
+        // Index `high[w]` picks word `h` of the two chunks (the first's 32 words, then the
+        // second's), which the spread took from the line's word `32 + w` (its second table).
+        let h = high[w] as usize;
+        let from = if h < 32 { first[h] } else { second[h - 32] };
+        assert!(from as usize == 32 + w);
+        assert!(first[2 * (w % 16)] == 0 && second[2 * (w % 16)] == 0);
+        w += 1;
+    }
+};
 
 static INTERLEAVE_HALVES: [u16; 32] = word_table(Words::InterleaveHalves);
 static GATHER_HALVES: [u16; 32] = word_table(Words::GatherHalves);

@@ -337,6 +337,26 @@ impl<V: Simd> Access<V> for SplitBuf {
     }
 }
 
+impl<const R: u8> Bf16Buf<R> {
+    /// The f32 bits of `v` (global index `e`) with this buffer's rounding increment added: what
+    /// [`crate::arch::Simd::store_u16_high`] stores. `v`'s NaNs are canonical.
+    #[inline(always)]
+    unsafe fn rounded_high<V: Simd>(&self, v: V::F, rng: &mut RoundingBits<V>, e: u64) -> V::U {
+        unsafe {
+            #[cfg(debug_assertions)]
+            {
+                use crate::reference::round::CANONICAL_NAN_F32;
+                let mut lanes = [0u32; crate::arch::MAX_LANES];
+                V::store(lanes.as_mut_ptr().cast(), v);
+                let canonical = |x: &u32| !f32::from_bits(*x).is_nan() || *x == CANONICAL_NAN_F32;
+                debug_assert!(lanes[..V::LANES].iter().all(canonical));
+            }
+            let r = rng.for_rounding::<true>(self.rounding(), e);
+            to_bf16_high::<V>(V::to_bits(v), self.rounding(), r)
+        }
+    }
+}
+
 impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     const MAY_DRAW_BITS: bool = true;
 
@@ -380,17 +400,44 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     #[inline(always)]
     unsafe fn store(&self, off: isize, v: V::F, rng: &mut RoundingBits<V>, e: u64) {
         unsafe {
-            let b = V::to_bits(v);
-            #[cfg(debug_assertions)]
-            {
-                use crate::reference::round::CANONICAL_NAN_F32;
-                let mut lanes = [0u32; crate::arch::MAX_LANES];
-                V::store(lanes.as_mut_ptr().cast(), v);
-                let canonical = |x: &u32| !f32::from_bits(*x).is_nan() || *x == CANONICAL_NAN_F32;
-                debug_assert!(lanes[..V::LANES].iter().all(canonical));
+            V::store_u16_high(self.0.offset(off), self.rounded_high(v, rng, e));
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load_group<const G: usize>(&self, off: isize) -> [V::F; G] {
+        unsafe {
+            if const { G == 2 && V::PAIRED_U16 } {
+                let pair = V::load_u16_high_pair(self.0.offset(off));
+                return core::array::from_fn(|i| V::from_bits(pair[i]));
             }
-            let r = rng.for_rounding::<true>(self.rounding(), e);
-            V::store_u16_high(self.0.offset(off), to_bf16_high::<V>(b, self.rounding(), r));
+            let mut v = [V::splat(0.0); G];
+            unrolled!(G, i => {
+                v[i] = <Self as Access<V>>::load(self, off + (i * V::LANES) as isize);
+            });
+            v
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store_group<const G: usize>(
+        &self,
+        off: isize,
+        vs: &[V::F; G],
+        rng: &mut RoundingBits<V>,
+        e: u64,
+    ) {
+        unsafe {
+            if const { G == 2 && V::PAIRED_U16 } {
+                let l = V::LANES;
+                let first = self.rounded_high(vs[0], rng, e);
+                let second = self.rounded_high(vs[G - 1], rng, e + l as u64);
+                return V::store_u16_high_pair(self.0.offset(off), [first, second]);
+            }
+            unrolled!(G, i => {
+                let (o, ei) = (off + (i * V::LANES) as isize, e + (i * V::LANES) as u64);
+                <Self as Access<V>>::store(self, o, vs[i], rng, ei);
+            });
         }
     }
 
