@@ -116,13 +116,7 @@ trait Access<V: Simd>: Copy {
     /// weights all trails before all tops (`Driver::full_run`: why).
     #[inline(always)]
     unsafe fn load_group<const G: usize>(&self, off: isize) -> [V::F; G] {
-        unsafe {
-            let mut v = [V::splat(0.0); G];
-            unrolled!(G, i => {
-                v[i] = self.load(off + (i * V::LANES) as isize);
-            });
-            v
-        }
+        unsafe { load_chunks::<V, Self, G>(self, off) }
     }
 
     /// The bits `v` is stored as (narrowed for bf16); `rng` supplies the random bits of the chunk
@@ -156,9 +150,7 @@ trait Access<V: Simd>: Copy {
         rng: &mut RoundingBits<V>,
         e: u64,
     ) {
-        unrolled!(G, i => {
-            unsafe { self.store(off + (i * V::LANES) as isize, vs[i], rng, e + (i * V::LANES) as u64) }
-        });
+        unsafe { store_chunks::<V, Self, G>(self, off, vs, rng, e) }
     }
 
     /// Prefetches `ahead` bytes past local index `off` (which may lie past the buffer).
@@ -170,6 +162,32 @@ trait Access<V: Simd>: Copy {
 
     /// Copies the valid lanes of a stage back.
     unsafe fn unstage(&self, st: &Stage, c: &Chunk);
+}
+
+/// [`Access::load_group`] chunk by chunk.
+#[inline(always)]
+unsafe fn load_chunks<V: Simd, A: Access<V>, const G: usize>(a: &A, off: isize) -> [V::F; G] {
+    unsafe {
+        let mut v = [V::splat(0.0); G];
+        unrolled!(G, i => {
+            v[i] = a.load(off + (i * V::LANES) as isize);
+        });
+        v
+    }
+}
+
+/// [`Access::store_group`] chunk by chunk.
+#[inline(always)]
+unsafe fn store_chunks<V: Simd, A: Access<V>, const G: usize>(
+    a: &A,
+    off: isize,
+    vs: &[V::F; G],
+    rng: &mut RoundingBits<V>,
+    e: u64,
+) {
+    unrolled!(G, i => {
+        unsafe { a.store(off + (i * V::LANES) as isize, vs[i], rng, e + (i * V::LANES) as u64) }
+    });
 }
 
 /// An f32 buffer; `CANONICAL` is [`Access::CANONICAL`] (false only for [`ScratchBuf`]).
@@ -411,11 +429,7 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
                 let pair = V::load_u16_high_pair(self.0.offset(off));
                 return core::array::from_fn(|i| V::from_bits(pair[i]));
             }
-            let mut v = [V::splat(0.0); G];
-            unrolled!(G, i => {
-                v[i] = <Self as Access<V>>::load(self, off + (i * V::LANES) as isize);
-            });
-            v
+            load_chunks::<V, Self, G>(self, off)
         }
     }
 
@@ -434,10 +448,7 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
                 let second = self.rounded_high(vs[G - 1], rng, e + l as u64);
                 return V::store_u16_high_pair(self.0.offset(off), [first, second]);
             }
-            unrolled!(G, i => {
-                let (o, ei) = (off + (i * V::LANES) as isize, e + (i * V::LANES) as u64);
-                <Self as Access<V>>::store(self, o, vs[i], rng, ei);
-            });
+            store_chunks::<V, Self, G>(self, off, vs, rng, e)
         }
     }
 
