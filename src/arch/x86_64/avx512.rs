@@ -333,9 +333,19 @@ unsafe fn word_indices(idx: &'static [u16; 32]) -> __m512i {
     unsafe { _mm512_loadu_si512(idx.as_ptr().cast()) }
 }
 
-/// `vpermw` index tables ([`word_table`]).
+/// `vpermw` index tables ([`word_table`]), and `vpermt2w` ones (`Pair…`), whose index `i < 32` is
+/// word `i` of the first table and `32 + i` word `i` of the second.
 #[derive(Clone, Copy)]
 enum Words {
+    /// Lane `l` of the result is `(second[l] << 16) | first[0]`: a line of 32 u16 (the second
+    /// table) spread to the high halves of the first chunk's 16 lanes, the low halves taken
+    /// from a zero first table.
+    PairSpreadFirst,
+    /// The same for words `16..32` of the line: the second chunk.
+    PairSpreadSecond,
+    /// Tables: two chunks of 16 lanes. Words `0..16` are the first chunk's high halves, words
+    /// `16..32` the second's.
+    PairGatherHigh,
     /// Word `2l` of the result is word `l` (lane `l`'s low half, from the lower 256 bits), word
     /// `2l + 1` is word `16 + l` (its high half, from the upper 256 bits).
     InterleaveHalves,
@@ -346,81 +356,40 @@ enum Words {
     Spread,
 }
 
-/// `vpermt2w` index tables of two chunks ([`pair_table`]).
-static PAIR_SPREAD_FIRST: [u16; 32] = pair_table(Pair::SpreadFirst);
-static PAIR_SPREAD_SECOND: [u16; 32] = pair_table(Pair::SpreadSecond);
-static PAIR_GATHER_HIGH: [u16; 32] = pair_table(Pair::GatherHigh);
-
-/// `vpermt2w` index tables: index `i < 32` is word `i` of the first table, `32 + i` word `i`
-/// of the second.
-#[derive(Clone, Copy)]
-enum Pair {
-    /// Lane `l` of the result is `(second[l] << 16) | first[0]`: a line of 32 u16 (the second
-    /// table) spread to the high halves of the first chunk's 16 lanes, the low halves taken
-    /// from a zero first table.
-    SpreadFirst,
-    /// The same for words `16..32` of the line: the second chunk.
-    SpreadSecond,
-    /// Tables: two chunks of 16 lanes. Words `0..16` are the first chunk's high halves, words
-    /// `16..32` the second's.
-    GatherHigh,
-}
-
-/// The 32 indices of `kind`.
-const fn pair_table(kind: Pair) -> [u16; 32] {
-    let mut t = [0u16; 32];
-    let mut w = 0;
-    while w < 32 {
-        let x = w as u16;
-        t[w] = match kind {
-            Pair::SpreadFirst | Pair::SpreadSecond if x.is_multiple_of(2) => 0,
-            Pair::SpreadFirst => 32 + x / 2,
-            Pair::SpreadSecond => 48 + x / 2,
-            Pair::GatherHigh if x < 16 => 2 * x + 1,
-            Pair::GatherHigh => 32 + 2 * (x - 16) + 1,
-        };
-        w += 1;
-    }
-    t
-}
-
-// Checked when the crate compiles: gathering the high halves of the two spread chunks gives back
-// every word of the line.
-const _: () = {
-    let (first, second) = (
-        pair_table(Pair::SpreadFirst),
-        pair_table(Pair::SpreadSecond),
-    );
-    let high = pair_table(Pair::GatherHigh);
-    let mut w = 0;
-    while w < 32 {
-        // Index `high[w]` picks word `h` of the two chunks (the first's 32 words, then the
-        // second's), which the spread took from the line's word `32 + w` (its second table).
-        let h = high[w] as usize;
-        let from = if h < 32 { first[h] } else { second[h - 32] };
-        assert!(from as usize == 32 + w);
-        assert!(first[2 * (w % 16)] == 0 && second[2 * (w % 16)] == 0);
-        w += 1;
-    }
-};
+/// `vpermt2w` index tables of two chunks ([`word_table`]).
+static PAIR_SPREAD_FIRST: [u16; 32] = word_table(Words::PairSpreadFirst);
+static PAIR_SPREAD_SECOND: [u16; 32] = word_table(Words::PairSpreadSecond);
+static PAIR_GATHER_HIGH: [u16; 32] = word_table(Words::PairGatherHigh);
 
 static INTERLEAVE_HALVES: [u16; 32] = word_table(Words::InterleaveHalves);
 static GATHER_HALVES: [u16; 32] = word_table(Words::GatherHalves);
 static SPREAD_WORDS: [u16; 32] = word_table(Words::Spread);
 
-// Checked when the crate compiles: gathering after interleaving puts every word back, and
-// spreading repeats each word twice.
+// Checked when the crate compiles: gathering after interleaving puts every word back, spreading
+// repeats each word twice, and gathering the high halves of a line's two spread chunks gives back
+// every word of the line (their low halves zero).
 const _: () = {
     let (interleave, gather) = (
         word_table(Words::InterleaveHalves),
         word_table(Words::GatherHalves),
     );
     let spread = word_table(Words::Spread);
+    let (first, second) = (
+        word_table(Words::PairSpreadFirst),
+        word_table(Words::PairSpreadSecond),
+    );
+    let high = word_table(Words::PairGatherHigh);
     assert!(interleave[0] == 0 && interleave[1] == 16 && interleave[31] == 31);
     let mut w = 0;
     while w < 32 {
         assert!(interleave[gather[w] as usize] as usize == w);
         assert!(spread[w] as usize == w / 2);
+        // Index `high[w]` picks word `h` of the two chunks (the first's 32 words, then the
+        // second's), which the spread took from the line's word `32 + w` (its second table).
+        let h = high[w] as usize;
+        let from = if h < 32 { first[h] } else { second[h - 32] };
+        assert!(from as usize == 32 + w);
+        assert!(first[2 * (w % 16)] == 0 && second[2 * (w % 16)] == 0);
         w += 1;
     }
 };
@@ -432,6 +401,11 @@ const fn word_table(kind: Words) -> [u16; 32] {
     while w < 32 {
         let x = w as u16;
         t[w] = match kind {
+            Words::PairSpreadFirst | Words::PairSpreadSecond if x.is_multiple_of(2) => 0,
+            Words::PairSpreadFirst => 32 + x / 2,
+            Words::PairSpreadSecond => 48 + x / 2,
+            Words::PairGatherHigh if x < 16 => 2 * x + 1,
+            Words::PairGatherHigh => 32 + 2 * (x - 16) + 1,
             Words::InterleaveHalves if x.is_multiple_of(2) => x / 2,
             Words::InterleaveHalves => 16 + x / 2,
             Words::GatherHalves if x < 16 => 2 * x,
