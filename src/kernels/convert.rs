@@ -61,9 +61,15 @@ impl<V: Simd> NarrowK<V> {
             if self.fmt == Narrow::Bf16 {
                 let (a, b) = (V::load(s), V::load(s.add(16)));
                 if !V::any(V::is_nan2(a, b)) {
-                    V::store_u16_high(d, to_bf16_high::<V>(V::to_bits(a), self.rounding, lo));
+                    let a = to_bf16_high::<V>(V::to_bits(a), self.rounding, lo);
                     let b = to_bf16_high::<V>(V::to_bits(b), self.rounding, hi);
-                    V::store_u16_high(d.add(16), b);
+                    if V::PAIRED_U16 && V::LANES == 16 {
+                        // The two chunks are adjacent: one line, one permute (AVX-512).
+                        V::store_u16_high_pair(d, [a, b]);
+                    } else {
+                        V::store_u16_high(d, a);
+                        V::store_u16_high(d.add(16), b);
+                    }
                     return;
                 }
             }
