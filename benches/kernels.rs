@@ -8,7 +8,7 @@
 //! `cargo bench --bench kernels` (all), or filter: `cargo bench --bench kernels -- 'adam.*/1Mx'`.
 //! Environment: `HALFSTEP_BENCH_SIZES=65536,1048576` (elements), `HALFSTEP_BENCH_THREADS=1,2`,
 //! `HALFSTEP_BENCH_SLOW=1` to include the reference above 1M and the portable backend above 16M.
-//! `python3 tools/bench_report.py` turns the saved results into BENCHMARKS.md's tables and plots.
+//! `python3 tools/bench_report.py` turns the saved results into docs/bench/'s tables and plots.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use halfstep::rng::Purpose;

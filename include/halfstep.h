@@ -120,7 +120,7 @@ typedef struct {
 // Placement (speed only, never the bits): start each state buffer (and the trails) at its own
 // multiple of 768 bytes past its weights' offset within a 4 KiB page, as the PyTorch package
 // does (the k-th at k * 768). Buffers a few cache lines apart modulo 1 MiB, or at the same offset
-// in a page on AMD Zen, contend for the same cache sets (measured in BENCHMARKS.md).
+// in a page on AMD Zen, contend for the same cache sets (docs/DESIGN.md, "PyTorch package").
 typedef struct {
   // Elements in every buffer.
   size_t len;

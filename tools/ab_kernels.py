@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A/B two builds of the criterion kernel bench, alternating them run by run so that both see the
 same machine state, and print each row's median over the runs (criterion's median estimate, read
-from its estimates.json by bench_report.load, as in the BENCHMARKS.md tables).
+from its estimates.json by bench_report.load, as in the benchmark tables).
 
     tools/ab_kernels.py OLD_BIN NEW_BIN REGEX [RUNS]
 

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""BENCHMARKS.md's kernel tables and the plots in docs/bench/, from saved results (nothing typed).
+"""The generated benchmark tables and plots in docs/bench/, from saved results (nothing typed).
 
   python3 tools/bench_report.py [--criterion target/criterion] [--peers target/peers.json]
 
 Reads criterion's results of `cargo bench --bench kernels` (groups `<kernel>/<B>B-per-elem`, ids
 `<backend>/<size>x<threads>T`, "copy-roof" the same-traffic copy loop run the same way) and, if the
 file exists, the rows `tools/peers_side_by_side.py --json` wrote. Writes
-  - the section between `<!-- kernels:begin -->` and `<!-- kernels:end -->` of BENCHMARKS.md: per
-    kernel, per size and thread count, each backend's median ns/element, GB/s (B bytes per element
+  - in docs/bench/kernels.md, the section between `<!-- kernels:begin -->` and `<!-- kernels:end -->`:
+    per kernel, per size and thread count, each backend's median ns/element, GB/s (B bytes per element
     moved once) and % of the copy loop ("% roof" = copy time / kernel time; above 100% is possible when
-    the data is cache resident), and the peer's figures with peer / best-halfstep;
-  - the side-by-side table (`<!-- peers:... -->`) from the peers file, and the instruction-count table
-    (`<!-- instructions:... -->`) from benches/instructions-baseline.json;
+    the data is cache resident), and the peer's figures with peer / best-halfstep; and the side-by-side
+    table (`<!-- peers:... -->`) from the peers file;
+  - in docs/bench/instructions.md, the instruction-count table (`<!-- instructions:... -->`) from
+    benches/instructions-baseline.json;
   - docs/bench/<kernel>.svg: GB/s against size per backend (1 thread solid, 2 threads dashed), the roof
     in grey, the peer as black marks.
 `tools/benchmarks.sh` runs the benchmarks and this script in one go.
@@ -172,18 +173,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--criterion", default=os.path.join(ROOT, "target", "criterion"))
     ap.add_argument("--peers", default=os.path.join(ROOT, "target", "peers.json"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "BENCHMARKS.md"))
     a = ap.parse_args()
     kernels = load(a.criterion)
     if not kernels:
         raise SystemExit(f"no kernel results under {a.criterion}: run `cargo bench --bench kernels`")
     peers, torch_version = load_peers(a.peers)
-    os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
+    bench_dir = os.path.join(ROOT, "docs", "bench")
+    os.makedirs(bench_dir, exist_ok=True)
     parts = []
     for name in sorted(kernels):
         pk = PEER_OF.get(name)
         peer_name = next((p for (kk, _, _), (p, _) in peers.items() if kk == pk), None)
-        with open(os.path.join(ROOT, "docs", "bench", f"{name}.svg"), "w") as f:
+        with open(os.path.join(bench_dir, f"{name}.svg"), "w") as f:
             f.write(svg(name, kernels[name], peers, peer_name))
         parts.append(table(name, kernels[name], peers)
                      + (f"\n\nPeer: {peer_name}." if peer_name else "")
@@ -191,17 +192,19 @@ def main():
     peer_note = (f"Peer columns: `tools/peers_side_by_side.py` (torch {torch_version}), same sizes and threads."
                  if peers else "No peer results (target/peers.json) were present for this report.")
     body = "\n\n".join([peer_note] + parts)
-    matrix = os.path.join(ROOT, "docs", "bench", "kernels.md")
+    matrix = os.path.join(bench_dir, "kernels.md")
     with open(matrix) as f:
-        kept = replace_section(f.read(), "kernels", body)
-    with open(matrix, "w") as f:
-        f.write(kept)
-    text = open(a.out).read()
+        text = replace_section(f.read(), "kernels", body)
     if peers:
         text = replace_section(text, "peers", peers_table(a.peers))
-    text = replace_section(text, "instructions", instructions_table())
-    open(a.out, "w").write(text)
-    print(f"{len(kernels)} kernels: tables in {matrix}, plots in docs/bench/; peers and instructions in {a.out}")
+    with open(matrix, "w") as f:
+        f.write(text)
+    counts = os.path.join(bench_dir, "instructions.md")
+    with open(counts) as f:
+        text = replace_section(f.read(), "instructions", instructions_table())
+    with open(counts, "w") as f:
+        f.write(text)
+    print(f"{len(kernels)} kernels: tables and peers in {matrix}, plots in docs/bench/, instruction counts in {counts}")
 
 
 def peers_table(path):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates BENCHMARKS.md's kernel section and docs/bench/*.svg: the criterion kernel matrix
+# Regenerates the tables and plots in docs/bench/: the criterion kernel matrix
 # (every backend, 4K..64M, 1 and 2 threads, copy-loop roofs), the peers side by side when their
 # environment exists (bash ../shared/bench/setup-peers.sh), then tools/bench_report.py.
 set -euo pipefail

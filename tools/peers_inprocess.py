@@ -13,7 +13,7 @@ Rows are the all-f32 ones PyTorch has: sgd_f32 (momentum), adagrad_f32, adam_f32
   python tools/peers_inprocess.py --threads 1 2 --sizes 65536 1048576 67108864 [--lib PATH] [--json FILE]
 
 Where the buffers lie changes both sides' speed: on Sapphire Rapids, buffers 64 bytes past a multiple
-of 1 MiB apart (consecutive tensors from glibc's heap) made both steps 2-3x slower (BENCHMARKS.md). By
+of 1 MiB apart (consecutive tensors from glibc's heap) made both steps 2-3x slower (BENCHMARKS.md's history). By
 default every buffer starts a page after the end of the one before, each side on its own weights and
 states (`--alloc arena`); `--alloc arena --gap 64` reproduces the heap's layout, `--alloc torch` lets
 torch place each tensor, `--page-offsets` places each buffer in a page, `--show-offsets` prints them.
