@@ -5,7 +5,9 @@
 
 mod common;
 use common::rng;
-use halfstep::fuzzing::{Case, Kinds, OptimizerStep, PREFETCH_MIN, TensorData, compare_step};
+use halfstep::fuzzing::{
+    Case, Kinds, OptimizerStep, PREFETCH_MIN, SPECIALS, TensorData, compare_step,
+};
 use halfstep::rng::Purpose;
 use halfstep::{
     AdagradConfig, AdamConfig, Backend, Engine, LambConfig, Replica, Rounding, SgdConfig,
@@ -22,44 +24,6 @@ fn backends() -> Vec<Engine> {
 fn reference() -> Engine {
     Engine::new(Backend::Reference).unwrap()
 }
-
-/// f32 patterns every kernel must get right: NaNs with payloads in the high and the low half,
-/// infinities, zeros, subnormals, the largest finite values, bf16 and f16 rounding ties, values
-/// whose rounding crosses a binade, and the f16 range limits.
-const SPECIALS: [u32; 32] = [
-    0x7FC0_0000,
-    0xFFC0_0001,
-    0x7FA0_0000,
-    0x7F80_0001,
-    0x7F80_FFFF,
-    0xFF80_0001,
-    0x7FFF_FFFF,
-    0xFFFF_8000, // NaN (the last two carry out of the sign if rounded as numbers)
-    0x7F80_0000,
-    0xFF80_0000,
-    0x0000_0000,
-    0x8000_0000, // ±Inf, ±0
-    0x0000_0001,
-    0x807F_FFFF,
-    0x0040_0000,
-    0x0080_0000, // subnormals, smallest normal
-    0x7F7F_FFFF,
-    0xFF7F_FFFF,
-    0x7F7F_8000, // max finite, bf16 overflow tie
-    0x3F80_8000,
-    0x3F81_8000,
-    0x3F80_1000,
-    0xBF80_3000, // bf16 and f16 ties
-    0x3F7F_FFFF,
-    0x3FFF_8001,
-    0xBF7F_FFFF, // binade crossings
-    0x477F_E000,
-    0x477F_F000,
-    0x3880_0000,
-    0x3380_0000,
-    0x3300_0000,
-    0x3340_0000, // f16 limits, f16 subnormal ties
-];
 
 /// `n` values: mostly random magnitudes of both signs, ~15% specials.
 fn values(r: &mut halfstep::PhiloxRng, n: usize) -> Vec<f32> {
