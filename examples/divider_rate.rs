@@ -7,6 +7,11 @@
 //! element is also given for all of them together: the floor of a step on that many cores, at the
 //! clock they keep when all of them run wide vector code.
 //!
+//! Where the CPU has VAES, the last lines time the AES rounds of stochastic rounding (ARS-5: five
+//! rounds per 128 bits, 16 bits per rounding) alone and beside `sqrt + div`, in the same loop on
+//! independent registers, for one and two roundings per element: whether the rounds run under the
+//! divider's work or add to it, which sets the floor of a dividing step with bf16 SR states.
+//!
 //! `cargo run --release --example divider_rate [-- THREADS]`
 
 #[cfg(target_arch = "x86_64")]
@@ -50,6 +55,38 @@ mod x86 {
             .iter()
             .fold(_mm512_setzero_ps(), |s, x| _mm512_add_ps(s, *x));
         _mm512_reduce_add_ps(s)
+    }
+
+    /// `sqrt + div` on 8 chains (if `divide`) and, beside them, the AES rounds of `roundings`
+    /// stochastic roundings per element (16 bits each, five rounds per 128 bits) on 8 states of
+    /// their own: per 16-element chunk, `roundings * 256 / 512` vectors of five rounds.
+    #[target_feature(enable = "avx512f,vaes")]
+    pub unsafe fn zmm_rounds(rounds: usize, divide: bool, roundings: usize) -> f32 {
+        let mut a = [_mm512_set1_ps(1.5); 8];
+        let mut r: [__m512i; 8] = core::array::from_fn(|i| _mm512_set1_epi32(i as i32));
+        let k = _mm512_set1_epi32(0x5bd1_e995);
+        let d = _mm512_set1_ps(1.0001);
+        for _ in 0..rounds {
+            for (i, x) in a.iter_mut().enumerate() {
+                if divide {
+                    *x = _mm512_div_ps(d, _mm512_sqrt_ps(*x));
+                }
+                // Two roundings per element: one 512-bit block per chunk; one: every other chunk.
+                if roundings == 2 || (roundings == 1 && i % 2 == 0) {
+                    let j = i % 8;
+                    for _ in 0..5 {
+                        r[j] = _mm512_aesenc_epi128(r[j], k);
+                    }
+                }
+            }
+        }
+        let s = a
+            .iter()
+            .fold(_mm512_setzero_ps(), |s, x| _mm512_add_ps(s, *x));
+        let t = r
+            .iter()
+            .fold(_mm512_setzero_si512(), |s, x| _mm512_xor_si512(s, *x));
+        _mm512_reduce_add_ps(s) + _mm512_reduce_add_epi32(t) as f32
     }
 }
 
@@ -123,6 +160,19 @@ fn main() {
             line += &format!("  avx512 {}", show(t, 16.0));
         }
         println!("{line}");
+    }
+    if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("vaes") {
+        for roundings in [1, 2] {
+            let mut line = format!("{roundings} SR/elt:");
+            for (divide, name) in [(false, "rounds"), (true, "sqrt+div+rounds")] {
+                // SAFETY: the features were detected above.
+                let t = time(&|| unsafe {
+                    x86::zmm_rounds(rounds, std::hint::black_box(divide), roundings)
+                });
+                line += &format!("  avx512 {name} {}", show(t, 16.0));
+            }
+            println!("{line}");
+        }
     }
 }
 
