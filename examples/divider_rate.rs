@@ -9,8 +9,8 @@
 //!
 //! Where the CPU has VAES, the last lines time the AES rounds of stochastic rounding (ARS-5: five
 //! rounds per 128 bits, 16 bits per rounding) alone and beside `sqrt + div`, in the same loop on
-//! independent registers, for one and two roundings per element: whether the rounds run under the
-//! divider's work or add to it, which sets the floor of a dividing step with bf16 SR states.
+//! independent registers, for one and two roundings per element: whether the rounds can run under
+//! the divider's work or must add their time to it.
 //!
 //! `cargo run --release --example divider_rate [-- THREADS]`
 
@@ -73,9 +73,8 @@ mod x86 {
                 }
                 // Two roundings per element: one 512-bit block per chunk; one: every other chunk.
                 if roundings == 2 || (roundings == 1 && i % 2 == 0) {
-                    let j = i % 8;
                     for _ in 0..5 {
-                        r[j] = _mm512_aesenc_epi128(r[j], k);
+                        r[i] = _mm512_aesenc_epi128(r[i], k);
                     }
                 }
             }
