@@ -4,6 +4,9 @@
 //! see the same machine state. The ratios of one run are
 //! what to read on a noisy host: stochastic over nearest-even, and one build over another.
 //!
+//! Every buffer starts 64-byte aligned, as PyTorch's tensors do: a `Vec` from the heap starts 16
+//! bytes past a line, where each 64-byte access of AVX-512 touches two lines.
+//!
 //! `cargo run --release --example convert_timer -- <elements> [reps]`
 //! (`HALFSTEP_BACKEND` picks the backend, `HALFSTEP_VAES=off` AVX2's 128-bit rounds).
 
@@ -18,11 +21,15 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().expect(usage).parse().expect(usage);
     let reps: usize = args.next().map_or(200, |s| s.parse().expect(usage));
-    let src: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-    let mut b16 = vec![bf16::ZERO; n];
-    let mut h16 = vec![f16::ZERO; n];
-    let mut q8 = vec![0u8; n];
-    let mut bits = vec![0u16; n];
+    let mut src_buf = Aligned::new(0f32, n);
+    let src = src_buf.slice();
+    for (i, x) in src.iter_mut().enumerate() {
+        *x = (i as f32 * 0.37).sin() * 3.0;
+    }
+    let src = &*src;
+    let (mut b16, mut h16) = (Aligned::new(bf16::ZERO, n), Aligned::new(f16::ZERO, n));
+    let (mut q8, mut bits) = (Aligned::new(0u8, n), Aligned::new(0u16, n));
+    let (b16, h16, q8, bits) = (b16.slice(), h16.slice(), q8.slice(), bits.slice());
     let ctx = StepContext::new(1, 1);
     let stream = TensorStream::new(3);
     let mut best = [f64::MAX; 5];
@@ -30,18 +37,11 @@ fn main() {
         for (k, t) in best.iter_mut().enumerate() {
             let start = Instant::now();
             match k {
-                0 => f32_to_bf16(&src, &mut b16, Rounding::NearestEven, &ctx, &stream),
-                1 => f32_to_bf16(&src, &mut b16, Rounding::Stochastic, &ctx, &stream),
-                2 => f32_to_f16(&src, &mut h16, Rounding::Stochastic, &ctx, &stream),
-                4 => fill_element_bits(&ctx, &stream, Purpose::Weights, &mut bits),
-                _ => f32_to_fp8(
-                    &src,
-                    &mut q8,
-                    Fp8::E4M3,
-                    Rounding::Stochastic,
-                    &ctx,
-                    &stream,
-                ),
+                0 => f32_to_bf16(src, b16, Rounding::NearestEven, &ctx, &stream),
+                1 => f32_to_bf16(src, b16, Rounding::Stochastic, &ctx, &stream),
+                2 => f32_to_f16(src, h16, Rounding::Stochastic, &ctx, &stream),
+                4 => fill_element_bits(&ctx, &stream, Purpose::Weights, bits),
+                _ => f32_to_fp8(src, q8, Fp8::E4M3, Rounding::Stochastic, &ctx, &stream),
             }
             .expect("the buffers match");
             *t = t.min(start.elapsed().as_secs_f64());
@@ -58,4 +58,24 @@ fn main() {
         best[1] / best[0],
         ns(best[4])
     );
+}
+
+/// `n` elements of `T` from a 64-byte boundary, inside an over-allocated `Vec`.
+struct Aligned<T> {
+    v: Vec<T>,
+    start: usize,
+    n: usize,
+}
+
+impl<T: Copy> Aligned<T> {
+    fn new(x: T, n: usize) -> Aligned<T> {
+        let size = std::mem::size_of::<T>();
+        let v = vec![x; n + 64 / size];
+        let start = (64 - v.as_ptr() as usize % 64) % 64 / size;
+        Aligned { v, start, n }
+    }
+
+    fn slice(&mut self) -> &mut [T] {
+        &mut self.v[self.start..self.start + self.n]
+    }
 }
