@@ -258,8 +258,9 @@ pub(crate) trait Simd: Copy + 'static {
     /// Whether [`Simd::load_u16_high_pair`] and [`Simd::store_u16_high_pair`] take two consecutive
     /// chunks' bf16 values with one shuffle per chunk read and one store per line written
     /// (AVX-512: a two-table `vpermt2w`), so that the optimizers' grouped loops (`STORE_GROUP` 2)
-    /// use them for bf16 buffers. Otherwise they are the one-chunk forms twice, and those loops
-    /// keep their own order of loads and stores.
+    /// use them for bf16 buffers. Otherwise those loops keep their own order of loads and stores.
+    /// (AVX2 overrides the store alone, which the stochastic bf16 conversion uses; its optimizers
+    /// keep the one-chunk forms.)
     const PAIRED_U16: bool = false;
     /// [`Simd::load_u16_high`] of the two chunks from `p`.
     #[inline(always)]

@@ -513,6 +513,18 @@ pub(crate) trait RoundsChunks<V: Simd> {
             self.round_full(off + 16, hi);
         }
     }
+    /// The four full chunks of one 32-element group at `off` where a group's bits are two output
+    /// words (8 lanes): word `w[0]` rounds the chunks at `off` (low halves) and `off + 16` (high
+    /// halves), `w[1]` those at `off + 8` and `off + 24`; `mask` keeps a word's low halves.
+    #[inline(always)]
+    unsafe fn round_group(&mut self, off: isize, w: [V::U; 2], mask: V::U) {
+        unsafe {
+            for (k, w) in w.into_iter().enumerate() {
+                let at = off + (k * V::LANES) as isize;
+                self.round_pair(at, V::and_u(w, mask), V::shr::<16>(w));
+            }
+        }
+    }
     /// The stream whose bits [`full_run_spans`] makes for this conversion, where it should
     /// ([`spans_inline`]); `None`: the chunks take their bits from their [`RoundingBits`].
     fn span_coord(&self) -> Option<BitsCoord>;
@@ -582,14 +594,36 @@ pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
                         }
                     };
                 }
-                word!(0);
-                word!(1);
-                word!(2);
-                word!(3);
-                word!(4);
-                word!(5);
-                word!(6);
-                word!(7);
+                // Where a group is two words (8 lanes), both go together, so that the body can
+                // round the group's four chunks at once ([`RoundsChunks::round_group`]).
+                macro_rules! group {
+                    ($v:expr) => {
+                        if $v + 1 < V::RNG_VECTORS {
+                            let c = o + GroupBits::<V, true>::word_offset($v) as isize;
+                            if body.prefetching() {
+                                for at in [0, 16, 8, 24] {
+                                    body.prefetch(c + at);
+                                }
+                            }
+                            body.round_group(c, [words[$v], words[$v + 1]], mask);
+                        }
+                    };
+                }
+                if const { GroupBits::<V, true>::PER_GROUP == 2 } {
+                    group!(0);
+                    group!(2);
+                    group!(4);
+                    group!(6);
+                } else {
+                    word!(0);
+                    word!(1);
+                    word!(2);
+                    word!(3);
+                    word!(4);
+                    word!(5);
+                    word!(6);
+                    word!(7);
+                }
             } else {
                 for (v, w) in words.iter().enumerate().take(V::RNG_VECTORS) {
                     let at = GroupBits::<V, true>::word_offset(v) as u64;

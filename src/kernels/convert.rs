@@ -77,6 +77,36 @@ impl<V: Simd> NarrowK<V> {
             self.chunk_with(s.add(16), d.add(16), hi);
         }
     }
+
+    /// The four 8-lane chunks of a group at `s` ([`super::RoundsChunks::round_group`]: the words
+    /// `w`, `mask` their low halves). For bf16, one NaN test for all four, and each two adjacent
+    /// chunks written by one [`crate::arch::Simd::store_u16_high_pair`] (AVX2: one 256-bit store
+    /// where each chunk took a 128-bit one and a shuffle more).
+    #[inline(always)]
+    unsafe fn group_with(&self, s: *const f32, d: *mut u16, w: [V::U; 2], mask: V::U) {
+        unsafe {
+            let l = V::LANES;
+            if self.fmt == Narrow::Bf16 {
+                let (a, b) = (V::load(s), V::load(s.add(l)));
+                let (c, e) = (V::load(s.add(16)), V::load(s.add(16 + l)));
+                if !V::any(V::mask_or(V::is_nan2(a, b), V::is_nan2(c, e))) {
+                    let rd = self.rounding;
+                    let a = to_bf16_high::<V>(V::to_bits(a), rd, V::and_u(w[0], mask));
+                    let b = to_bf16_high::<V>(V::to_bits(b), rd, V::and_u(w[1], mask));
+                    let c = to_bf16_high::<V>(V::to_bits(c), rd, V::shr::<16>(w[0]));
+                    let e = to_bf16_high::<V>(V::to_bits(e), rd, V::shr::<16>(w[1]));
+                    V::store_u16_high_pair(d, [a, b]);
+                    V::store_u16_high_pair(d.add(16), [c, e]);
+                    return;
+                }
+            }
+            for (k, w) in w.into_iter().enumerate() {
+                let at = k * l;
+                self.chunk_with(s.add(at), d.add(at), V::and_u(w, mask));
+                self.chunk_with(s.add(at + 16), d.add(at + 16), V::shr::<16>(w));
+            }
+        }
+    }
 }
 
 impl<V: Simd> ChunkBody<V> for NarrowK<V> {

@@ -46,6 +46,10 @@ macro_rules! rounds_chunks {
             unsafe fn round_pair(&mut self, off: isize, lo: V::U, hi: V::U) {
                 unsafe { self.pair_with(self.src.offset(off), self.dst.offset(off), lo, hi) }
             }
+            #[inline(always)]
+            unsafe fn round_group(&mut self, off: isize, w: [V::U; 2], mask: V::U) {
+                unsafe { self.group_with(self.src.offset(off), self.dst.offset(off), w, mask) }
+            }
         });
     };
     ($body:ident) => {

@@ -298,6 +298,18 @@ impl Simd for Avx2 {
     unsafe fn store_u16_high(p: *mut u16, v: __m256i) {
         unsafe { store_halves::<0b10_00_11_01>(p, v) }
     }
+    #[inline(always)]
+    unsafe fn store_u16_high_pair(p: *mut u16, v: [__m256i; 2]) {
+        unsafe {
+            // Both chunks' high halves packed in-lane (quadwords: first 0-3, second 0-3, first
+            // 4-7, second 4-7; each value below 2^16, so the pack's saturation changes none), then
+            // put in order by one `vpermq`, and one 256-bit store: two shifts, two shuffles and a
+            // store where each chunk took a `vpshufb`, a `vpermq` and a 128-bit store.
+            let packed =
+                _mm256_packus_epi32(_mm256_srli_epi32::<16>(v[0]), _mm256_srli_epi32::<16>(v[1]));
+            _mm256_storeu_si256(p.cast(), _mm256_permute4x64_epi64::<0b11_01_10_00>(packed));
+        }
+    }
 
     #[inline(always)]
     unsafe fn load_u8(p: *const u8) -> __m256i {
