@@ -2,6 +2,7 @@
 """The generated benchmark tables and plots in docs/bench/, from saved results (nothing typed).
 
   python3 tools/bench_report.py [--criterion target/criterion] [--peers target/peers.json]
+  python3 tools/bench_report.py --instructions-only   # docs/bench/instructions.md alone (CI checks it)
 
 Reads criterion's results of `cargo bench --bench kernels` (groups `<kernel>/<B>B-per-elem`, ids
 `<backend>/<size>x<threads>T`, "copy-roof" the same-traffic copy loop run the same way) and, if the
@@ -173,7 +174,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--criterion", default=os.path.join(ROOT, "target", "criterion"))
     ap.add_argument("--peers", default=os.path.join(ROOT, "target", "peers.json"))
+    ap.add_argument("--instructions-only", action="store_true",
+                    help="rewrite docs/bench/instructions.md from the committed baseline and nothing else")
     a = ap.parse_args()
+    if a.instructions_only:
+        print(f"instruction counts in {write_instructions()}")
+        return
     kernels = load(a.criterion)
     if not kernels:
         raise SystemExit(f"no kernel results under {a.criterion}: run `cargo bench --bench kernels`")
@@ -199,11 +205,7 @@ def main():
         text = replace_section(text, "peers", peers_table(a.peers))
     with open(matrix, "w") as f:
         f.write(text)
-    counts = os.path.join(bench_dir, "instructions.md")
-    with open(counts) as f:
-        text = replace_section(f.read(), "instructions", instructions_table())
-    with open(counts, "w") as f:
-        f.write(text)
+    counts = write_instructions()
     print(f"{len(kernels)} kernels: tables and peers in {matrix}, plots in docs/bench/, instruction counts in {counts}")
 
 
@@ -218,6 +220,16 @@ def peers_table(path):
         lines.append(f"| {r['kernel']} | {r['peer']} | {r['elements']} | {r['threads']} | {r['peer_ns']:.3f} | "
                      f"{r['halfstep_ns']:.3f} | {r['peer_ns'] / r['halfstep_ns']:.2f}x |")
     return "\n".join(lines)
+
+
+def write_instructions():
+    """Rewrites the table of docs/bench/instructions.md from the baseline; returns the file's path."""
+    counts = os.path.join(ROOT, "docs", "bench", "instructions.md")
+    with open(counts) as f:
+        text = replace_section(f.read(), "instructions", instructions_table())
+    with open(counts, "w") as f:
+        f.write(text)
+    return counts
 
 
 def instructions_table():
