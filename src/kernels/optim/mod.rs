@@ -427,7 +427,12 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
         unsafe {
             if const { G == 2 && V::PAIRED_U16 } {
                 let pair = V::load_u16_high_pair(self.0.offset(off));
-                return core::array::from_fn(|i| V::from_bits(pair[i]));
+                // Spelled out, not `array::from_fn`: LLVM left that closure out of line, a call
+                // per group that passed both chunks through memory.
+                let mut v = [V::splat(0.0); G];
+                v[0] = V::from_bits(pair[0]);
+                v[G - 1] = V::from_bits(pair[1]);
+                return v;
             }
             load_chunks::<V, Self, G>(self, off)
         }
