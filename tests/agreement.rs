@@ -117,6 +117,10 @@ fn cases() -> Vec<Case> {
         2047,
         2048 - 5,
         1 << 40,
+        // Runs across a change of counter word 1 (every 2^35 elements), from a group's start
+        // and from half-way through one.
+        (1 << 35) - 160,
+        (3 << 35) - 208,
         (1 << 51) - 1000,
     ];
     for len in 0..=400usize {

@@ -36,6 +36,8 @@ pub(crate) struct GroupBits<V: Simd, const WORDS: bool = false> {
     bits: [V::U; 2 * MAX_RNG_VECTORS],
     /// What every counter vector of the stream shares, set up by the first fill.
     consts: CounterConsts<V>,
+    /// [`Self::next_group_word`]'s next counter vector (before round 0).
+    seq_counter: V::U,
 }
 
 /// The parts of a stream's ARS counters and keys that are the same for every span, computed once
@@ -58,6 +60,10 @@ struct CounterConsts<V: Simd> {
     /// The rounds run in the backend's wide form ([`crate::arch::Simd::WIDE_AES`]).
     wide: bool,
 }
+
+/// Groups from a multiple of which [`GroupBits::next_group_word`] may run: counter word 1 holds
+/// the block number's bits 32-47, which change every 2^30 groups.
+pub(crate) const SEQ_GROUPS: u64 = 1 << 30;
 
 /// Counter vectors of the largest span.
 const MAX_RNG_VECTORS: usize = 8;
@@ -141,6 +147,7 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
                     keys: [V::splat_u(0); 6],
                     wide: false,
                 },
+                seq_counter: V::splat_u(0),
             }
         }
     }
@@ -209,6 +216,45 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
                 ars_rounds::<V, false>(&mut x, &k.keys);
             }
             x
+        }
+    }
+
+    /// Sets the counter of [`Self::next_group_word`] to group `g`'s (blocks `4g .. 4g + 4`).
+    /// The groups it then gives must not cross a multiple of 2^30 groups, where counter word 1
+    /// changes ([`SEQ_GROUPS`]).
+    #[inline(always)]
+    pub(crate) unsafe fn begin_groups(&mut self, g: u64) {
+        unsafe {
+            debug_assert_eq!(Self::PER_GROUP, 1);
+            let first = g * 4;
+            let word1 = (first >> 32) as u32 | u32::from(self.coord.replica_slot) << 16;
+            if u64::from(word1) != self.consts.word1 {
+                self.set_consts(word1);
+            }
+            let k = &self.consts;
+            // `start[0]` is blocks 0-3 of a span after round 0: XOR-ing the key back gives their
+            // counters, `(i, word1, step, stream_word)`.
+            let blocks0 = V::xor_u(k.start[0], k.keys[0]);
+            self.seq_counter = V::add_u(blocks0, V::and_u(V::splat_u(first as u32), k.word0));
+        }
+    }
+
+    /// The ARS-5 output words of the group after the last one given (the first: the one
+    /// [`Self::begin_groups`] named), one vector (`PER_GROUP == 1`), for a loop that takes the
+    /// groups in order: the counter vector is kept and advanced by one group, so a group costs
+    /// its rounds and three vector operations, with no span cache to store, load and index, and
+    /// no test in the loop.
+    #[inline(always)]
+    pub(crate) unsafe fn next_group_word(&mut self) -> V::U {
+        unsafe {
+            let k = &self.consts;
+            let mut x = V::xor_u(self.seq_counter, k.keys[0]);
+            // Word 0 of each block is its block number's low half: four blocks per group.
+            self.seq_counter = V::add_u(self.seq_counter, V::and_u(V::splat_u(4), k.word0));
+            for key in &k.keys[1..5] {
+                x = V::aes_enc(x, *key);
+            }
+            V::aes_enc_last(x, k.keys[5])
         }
     }
 
@@ -777,6 +823,29 @@ impl<V: Simd> RoundingBits<V> {
             let d = e.wrapping_sub(self.start);
             debug_assert!(e.is_multiple_of(V::LANES as u64) && e < self.end && d < BLOCK as u64);
             V::to_bits(V::load(self.bits.add(d as usize).cast()))
+        }
+    }
+
+    /// Whether a backend can draw a 32-element group's bits in order, with no span cache
+    /// ([`GroupBits::next_group_word`]): one vector of words per group, rounds inline.
+    pub(crate) const IN_ORDER: bool = !V::RNG_BLOCK && GroupBits::<V>::PER_GROUP == 1;
+
+    /// Starts [`Self::next_pair`] at the group of element `e`, a multiple of 32 (see
+    /// [`GroupBits::begin_groups`]).
+    #[inline(always)]
+    pub unsafe fn begin_pairs(&mut self, e: u64) {
+        unsafe {
+            debug_assert!(Self::IN_ORDER && e.is_multiple_of(32));
+            self.span.assume_init_mut().begin_groups(e >> 5);
+        }
+    }
+
+    /// The bits of the next group's two chunks (in the low halves), as [`Self::r16`] of each.
+    #[inline(always)]
+    pub unsafe fn next_pair(&mut self) -> [V::U; 2] {
+        unsafe {
+            let w = self.span.assume_init_mut().next_group_word();
+            [V::and_u(w, V::splat_u(0xFFFF)), V::shr::<16>(w)]
         }
     }
 

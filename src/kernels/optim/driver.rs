@@ -27,6 +27,9 @@ pub(super) trait ElementOp<V: Simd> {
     const WRITE_S: [bool; 3];
     /// Whether the pass reads each state slot (a slot it only writes is not loaded).
     const READ_S: [bool; 3] = [true; 3];
+    /// Whether `apply` draws the random bits of the stores itself (LAMB's `as_stored`): the
+    /// stores then read them from the span cache, not from the in-order counter.
+    const DRAWS_IN_APPLY: bool = false;
     /// Transforms the loaded values of the chunk at global index `e`.
     unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>);
 }
@@ -113,13 +116,19 @@ unsafe fn finish<V: Simd, L: Layout<V>, O: ElementOp<V>>(
     off: isize,
     e: u64,
 ) {
-    unsafe { finish_group::<V, L, O, 1>(op, b, c, [v], off, e) }
+    unsafe { finish_group::<V, L, O, 1, false>(op, b, c, [v], off, e) }
 }
 
 /// [`finish`] for `G` consecutive chunks from `off` (global `e`): applies `op` to each in order,
-/// then stores them buffer by buffer ([`Access::store_group`]).
+/// then stores them buffer by buffer ([`Access::store_group`], `IN_ORDER` passed on).
 #[inline(always)]
-unsafe fn finish_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
+unsafe fn finish_group<
+    V: Simd,
+    L: Layout<V>,
+    O: ElementOp<V>,
+    const G: usize,
+    const IN_ORDER: bool,
+>(
     op: &mut O,
     b: &mut Bufs<V, L>,
     c: &ChunkBufs<V, L>,
@@ -128,9 +137,43 @@ unsafe fn finish_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     e: u64,
 ) {
     unsafe {
+        compute_group::<V, L, O, G>(op, b, &mut vs, e);
+        store_vals::<V, L, O, G, IN_ORDER>(b, c, vs, off, e);
+    }
+}
+
+/// [`compute`] on each of `G` consecutive chunks from global `e`, in order.
+#[inline(always)]
+unsafe fn compute_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
+    op: &mut O,
+    b: &mut Bufs<V, L>,
+    vs: &mut [Vals<V>; G],
+    e: u64,
+) {
+    unsafe {
         unrolled!(G, i => {
             compute::<V, L, O>(op, b, &mut vs[i], e + (i * V::LANES) as u64);
         });
+    }
+}
+
+/// Stores what `O` writes of the `G` computed chunks `vs` from `off` (global `e`), buffer by
+/// buffer ([`Access::store_group`], `IN_ORDER` passed on).
+#[inline(always)]
+unsafe fn store_vals<
+    V: Simd,
+    L: Layout<V>,
+    O: ElementOp<V>,
+    const G: usize,
+    const IN_ORDER: bool,
+>(
+    b: &mut Bufs<V, L>,
+    c: &ChunkBufs<V, L>,
+    vs: [Vals<V>; G],
+    off: isize,
+    e: u64,
+) {
+    unsafe {
         let [r0, r1, r2] = &mut b.rng_s;
         // Gathered per buffer (no closures: see `any_nan`), and stored in the reverse of the
         // order loaded: of two buffers whose lines collide, the one loaded last is the one in
@@ -140,25 +183,25 @@ unsafe fn finish_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
             unrolled!(G, i => {
                 x[i] = vs[i].s[2];
             });
-            c.s2.store_group(off, &x, r2, e);
+            c.s2.store_group::<G, IN_ORDER>(off, &x, r2, e);
         }
         if O::WRITE_S[1] {
             unrolled!(G, i => {
                 x[i] = vs[i].s[1];
             });
-            c.s1.store_group(off, &x, r1, e);
+            c.s1.store_group::<G, IN_ORDER>(off, &x, r1, e);
         }
         if O::WRITE_S[0] {
             unrolled!(G, i => {
                 x[i] = vs[i].s[0];
             });
-            c.s0.store_group(off, &x, r0, e);
+            c.s0.store_group::<G, IN_ORDER>(off, &x, r0, e);
         }
         if O::WRITE_W {
             unrolled!(G, i => {
                 x[i] = vs[i].p;
             });
-            c.w.store_group(off, &x, &mut b.rng_w, e);
+            c.w.store_group::<G, IN_ORDER>(off, &x, &mut b.rng_w, e);
         }
     }
 }
@@ -464,12 +507,107 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// one by one. One copy of each loop body, with the prefetch test in the group loop (once
     /// per group): a copy per case had made the test profile's build of the crate take minutes
     /// longer.
+    ///
+    /// Where the stores of a pair of chunks can draw their bits from the streams' in-order
+    /// counters ([`RoundingBits::next_pair`]), the groups start at multiples of 32 elements (a
+    /// chunk alone first where the run starts half-way through one) and the counters are started
+    /// before the loop, the run cut where counter word 1 changes ([`SEQ_GROUPS`]).
     #[inline(always)]
-    unsafe fn full_run_grouped<const G: usize>(&mut self, mut off: isize, mut e: u64, end: u64) {
+    unsafe fn full_run_grouped<const G: usize>(&mut self, off: isize, e: u64, end: u64) {
+        unsafe {
+            // Inline-const conditions, as in `full_run_unblocked`.
+            if const {
+                G == 2
+                    && V::PAIRED_U16
+                    && RoundingBits::<V>::IN_ORDER
+                    && ((O::WRITE_W && L::W::MAY_DRAW_BITS)
+                        || (O::WRITE_S[0] && L::S0::MAY_DRAW_BITS)
+                        || (O::WRITE_S[1] && L::S1::MAY_DRAW_BITS)
+                        || (O::WRITE_S[2] && L::S2::MAY_DRAW_BITS))
+                    && !O::DRAWS_IN_APPLY
+            } {
+                self.full_run_in_order::<G>(off, e, end)
+            } else {
+                self.grouped_loop::<G, false>(off, e, end)
+            }
+        }
+    }
+
+    /// [`Self::full_run_grouped`] with the bits of the paired stores in order.
+    #[inline(always)]
+    unsafe fn full_run_in_order<const G: usize>(&mut self, mut off: isize, mut e: u64, end: u64) {
+        unsafe {
+            let l = V::LANES as u64;
+            if !e.is_multiple_of(32) && e < end {
+                process::<V, L, O>(self.op, self.b, &self.c, off, e);
+                off += l as isize;
+                e += l;
+            }
+            let run = 32 * SEQ_GROUPS;
+            while e < end {
+                let stop = (e - e % run).saturating_add(run).min(end);
+                self.begin_pairs(e);
+                self.grouped_loop::<G, true>(off, e, stop);
+                off += (stop - e) as isize;
+                e = stop;
+            }
+        }
+    }
+
+    /// Starts the in-order counter of every stream whose stores draw bits at element `e`.
+    #[inline(always)]
+    unsafe fn begin_pairs(&mut self, e: u64) {
+        unsafe {
+            let (c, b) = (&self.c, &mut *self.b);
+            if O::WRITE_W && L::W::MAY_DRAW_BITS && c.w.draws_bits() {
+                b.rng_w.begin_pairs(e);
+            }
+            if O::WRITE_S[0] && L::S0::MAY_DRAW_BITS && c.s0.draws_bits() {
+                b.rng_s[0].begin_pairs(e);
+            }
+            if O::WRITE_S[1] && L::S1::MAY_DRAW_BITS && c.s1.draws_bits() {
+                b.rng_s[1].begin_pairs(e);
+            }
+            if O::WRITE_S[2] && L::S2::MAY_DRAW_BITS && c.s2.draws_bits() {
+                b.rng_s[2].begin_pairs(e);
+            }
+        }
+    }
+
+    /// [`Self::full_run_grouped`]'s loop over one piece.
+    #[inline(always)]
+    unsafe fn grouped_loop<const G: usize, const IN_ORDER: bool>(
+        &mut self,
+        mut off: isize,
+        mut e: u64,
+        end: u64,
+    ) {
         unsafe {
             let (l, gl) = (V::LANES as u64, (G * V::LANES) as u64);
             let last = e + (end - e) / gl * gl;
-            if last - e >= 2 * gl {
+            if const { IN_ORDER } && last - e >= 2 * gl {
+                // Each group computed before the previous one is stored: the next divisions
+                // reach the divider ahead of the rounds and stores (Zen 4: 2-4% off the bf16-SR
+                // states steps, docs/DESIGN.md).
+                let mut cur = load_group::<V, L, O, G>(&self.c, off);
+                compute_group::<V, L, O, G>(self.op, self.b, &mut cur, e);
+                while e + gl < last {
+                    if self.prefetch {
+                        unrolled!(G, i => {
+                            self.prefetch(off + (i * V::LANES) as isize);
+                        });
+                    }
+                    let mut next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
+                    compute_group::<V, L, O, G>(self.op, self.b, &mut next, e + gl);
+                    store_vals::<V, L, O, G, IN_ORDER>(self.b, &self.c, cur, off, e);
+                    cur = next;
+                    off += gl as isize;
+                    e += gl;
+                }
+                store_vals::<V, L, O, G, IN_ORDER>(self.b, &self.c, cur, off, e);
+                off += gl as isize;
+                e += gl;
+            } else if last - e >= 2 * gl {
                 let mut v = load_group::<V, L, O, G>(&self.c, off);
                 while e + gl < last {
                     if self.prefetch {
@@ -480,16 +618,16 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                     if V::OVERLAP_CHUNKS {
                         // The next group's loads before this group's stores.
                         let next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
-                        finish_group::<V, L, O, G>(self.op, self.b, &self.c, v, off, e);
+                        finish_group::<V, L, O, G, IN_ORDER>(self.op, self.b, &self.c, v, off, e);
                         v = next;
                     } else {
-                        finish_group::<V, L, O, G>(self.op, self.b, &self.c, v, off, e);
+                        finish_group::<V, L, O, G, IN_ORDER>(self.op, self.b, &self.c, v, off, e);
                         v = load_group::<V, L, O, G>(&self.c, off + gl as isize);
                     }
                     off += gl as isize;
                     e += gl;
                 }
-                finish_group::<V, L, O, G>(self.op, self.b, &self.c, v, off, e);
+                finish_group::<V, L, O, G, IN_ORDER>(self.op, self.b, &self.c, v, off, e);
                 off += gl as isize;
                 e += gl;
             }

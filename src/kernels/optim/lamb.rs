@@ -114,6 +114,7 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
     const WRITE_W: bool = false;
     const WRITE_S: [bool; 3] = [true, true, KEEP];
     const READ_S: [bool; 3] = [true, true, false];
+    const DRAWS_IN_APPLY: bool = true;
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>) {

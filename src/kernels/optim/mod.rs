@@ -5,8 +5,8 @@
 use super::Simd;
 use super::round::{canonicalize, to_bf16, to_bf16_high};
 use super::{
-    BitsBlock, Chunk, ChunkBody, RoundingBits, Stage, full_run_plain, run_chunks, stage_in,
-    stage_out,
+    BitsBlock, Chunk, ChunkBody, RoundingBits, SEQ_GROUPS, Stage, full_run_plain, run_chunks,
+    stage_in, stage_out,
 };
 use crate::reference::round::Rounding;
 use crate::rng::{Purpose, StepContext, TensorStream, coord};
@@ -141,9 +141,11 @@ trait Access<V: Simd>: Copy {
 
     /// Stores `G` consecutive chunks, `vs[i]` at local index `off + i * LANES` (global
     /// `e + i * LANES`): chunk by chunk, but for split weights all trails before all tops
-    /// (`Driver::full_run`: why).
+    /// (`Driver::full_run`: why). With `IN_ORDER`, a stochastic store of a pair of chunks takes
+    /// its bits from `rng`'s in-order counter ([`RoundingBits::next_pair`]), which the driver has
+    /// started at this group.
     #[inline(always)]
-    unsafe fn store_group<const G: usize>(
+    unsafe fn store_group<const G: usize, const IN_ORDER: bool>(
         &self,
         off: isize,
         vs: &[V::F; G],
@@ -307,7 +309,7 @@ impl<V: Simd> Access<V> for SplitBuf {
     }
 
     #[inline(always)]
-    unsafe fn store_group<const G: usize>(
+    unsafe fn store_group<const G: usize, const IN_ORDER: bool>(
         &self,
         off: isize,
         vs: &[V::F; G],
@@ -361,6 +363,15 @@ impl<const R: u8> Bf16Buf<R> {
     #[inline(always)]
     unsafe fn rounded_high<V: Simd>(&self, v: V::F, rng: &mut RoundingBits<V>, e: u64) -> V::U {
         unsafe {
+            let r = rng.for_rounding::<true>(self.rounding(), e);
+            self.rounded_high_with::<V>(v, r)
+        }
+    }
+
+    /// [`Self::rounded_high`] with the chunk's bits `r` already drawn (zeros unless stochastic).
+    #[inline(always)]
+    unsafe fn rounded_high_with<V: Simd>(&self, v: V::F, r: V::U) -> V::U {
+        unsafe {
             #[cfg(debug_assertions)]
             {
                 use crate::reference::round::CANONICAL_NAN_F32;
@@ -369,7 +380,6 @@ impl<const R: u8> Bf16Buf<R> {
                 let canonical = |x: &u32| !f32::from_bits(*x).is_nan() || *x == CANONICAL_NAN_F32;
                 debug_assert!(lanes[..V::LANES].iter().all(canonical));
             }
-            let r = rng.for_rounding::<true>(self.rounding(), e);
             to_bf16_high::<V>(V::to_bits(v), self.rounding(), r)
         }
     }
@@ -439,7 +449,7 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     }
 
     #[inline(always)]
-    unsafe fn store_group<const G: usize>(
+    unsafe fn store_group<const G: usize, const IN_ORDER: bool>(
         &self,
         off: isize,
         vs: &[V::F; G],
@@ -448,9 +458,18 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     ) {
         unsafe {
             if const { G == 2 && V::PAIRED_U16 } {
-                let l = V::LANES;
-                let first = self.rounded_high(vs[0], rng, e);
-                let second = self.rounded_high(vs[G - 1], rng, e + l as u64);
+                let (first, second) = if IN_ORDER && self.rounding() == Rounding::Stochastic {
+                    let r = rng.next_pair();
+                    (
+                        self.rounded_high_with::<V>(vs[0], r[0]),
+                        self.rounded_high_with::<V>(vs[G - 1], r[1]),
+                    )
+                } else {
+                    (
+                        self.rounded_high(vs[0], rng, e),
+                        self.rounded_high(vs[G - 1], rng, e + V::LANES as u64),
+                    )
+                };
                 return V::store_u16_high_pair(self.0.offset(off), [first, second]);
             }
             store_chunks::<V, Self, G>(self, off, vs, rng, e)
