@@ -174,6 +174,17 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
         }
     }
 
+    /// Sets up [`CounterConsts`] for block `first`'s counter word 1 unless they are for it.
+    #[inline(always)]
+    unsafe fn consts_for(&mut self, first: u64) {
+        unsafe {
+            let word1 = (first >> 32) as u32 | u32::from(self.coord.replica_slot) << 16;
+            if u64::from(word1) != self.consts.word1 {
+                self.set_consts(word1);
+            }
+        }
+    }
+
     /// Runs ARS-5 on the blocks of the span from `group` (a multiple of [`Self::SPAN`]). Kernels
     /// reach it through [`BitsFill::fill_span`]: inlined on the SIMD backends, a call on the
     /// portable one.
@@ -198,10 +209,7 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
             debug_assert!(group.is_multiple_of(Self::SPAN));
             let first = group * 4;
             // Word 1 of every block of the span (an aligned span never straddles a change).
-            let word1 = (first >> 32) as u32 | u32::from(self.coord.replica_slot) << 16;
-            if u64::from(word1) != self.consts.word1 {
-                self.set_consts(word1);
-            }
+            self.consts_for(first);
             let k = &self.consts;
             // Round 0 (the key XOR) on the counters: `CounterConsts::start` and the span's first
             // block in word 0.
@@ -227,10 +235,7 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
         unsafe {
             debug_assert_eq!(Self::PER_GROUP, 1);
             let first = g * 4;
-            let word1 = (first >> 32) as u32 | u32::from(self.coord.replica_slot) << 16;
-            if u64::from(word1) != self.consts.word1 {
-                self.set_consts(word1);
-            }
+            self.consts_for(first);
             let k = &self.consts;
             // `start[0]` is blocks 0-3 of a span after round 0: XOR-ing the key back gives their
             // counters, `(i, word1, step, stream_word)`.

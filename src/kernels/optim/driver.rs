@@ -116,19 +116,13 @@ unsafe fn finish<V: Simd, L: Layout<V>, O: ElementOp<V>>(
     off: isize,
     e: u64,
 ) {
-    unsafe { finish_group::<V, L, O, 1, false>(op, b, c, [v], off, e) }
+    unsafe { finish_group::<V, L, O, 1>(op, b, c, [v], off, e) }
 }
 
 /// [`finish`] for `G` consecutive chunks from `off` (global `e`): applies `op` to each in order,
-/// then stores them buffer by buffer ([`Access::store_group`], `IN_ORDER` passed on).
+/// then stores them buffer by buffer ([`Access::store_group`]).
 #[inline(always)]
-unsafe fn finish_group<
-    V: Simd,
-    L: Layout<V>,
-    O: ElementOp<V>,
-    const G: usize,
-    const IN_ORDER: bool,
->(
+unsafe fn finish_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     op: &mut O,
     b: &mut Bufs<V, L>,
     c: &ChunkBufs<V, L>,
@@ -138,7 +132,7 @@ unsafe fn finish_group<
 ) {
     unsafe {
         compute_group::<V, L, O, G>(op, b, &mut vs, e);
-        store_vals::<V, L, O, G, IN_ORDER>(b, c, vs, off, e);
+        store_vals::<V, L, O, G, false>(b, c, vs, off, e);
     }
 }
 
@@ -417,7 +411,38 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     }
 }
 
+/// Runs `$body` with `$rng` bound to the random bits of each stream that the op's stores draw
+/// from (weights, then state slots 0-2), inside a `Driver` method. A macro, not a closure (see
+/// `any_nan`) nor a loop over the streams, which changed AVX2's code (gungraun: Adam +2.3%).
+macro_rules! each_drawing_stream {
+    ($d:expr, $rng:ident => $body:expr) => {{
+        let (c, b) = (&$d.c, &mut *$d.b);
+        if O::WRITE_W && L::W::MAY_DRAW_BITS && c.w.draws_bits() {
+            let $rng = &mut b.rng_w;
+            $body;
+        }
+        if O::WRITE_S[0] && L::S0::MAY_DRAW_BITS && c.s0.draws_bits() {
+            let $rng = &mut b.rng_s[0];
+            $body;
+        }
+        if O::WRITE_S[1] && L::S1::MAY_DRAW_BITS && c.s1.draws_bits() {
+            let $rng = &mut b.rng_s[1];
+            $body;
+        }
+        if O::WRITE_S[2] && L::S2::MAY_DRAW_BITS && c.s2.draws_bits() {
+            let $rng = &mut b.rng_s[2];
+            $body;
+        }
+    }};
+}
+
 impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
+    /// Whether a buffer the op stores can round stochastically (its kind can).
+    const STORES_MAY_DRAW: bool = (O::WRITE_W && L::W::MAY_DRAW_BITS)
+        || (O::WRITE_S[0] && L::S0::MAY_DRAW_BITS)
+        || (O::WRITE_S[1] && L::S1::MAY_DRAW_BITS)
+        || (O::WRITE_S[2] && L::S2::MAY_DRAW_BITS);
+
     /// Whether a buffer the op stores rounds stochastically.
     #[inline(always)]
     fn draws_bits(&self) -> bool {
@@ -432,21 +457,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// rounds stochastically (`RoundingBits::prepare`), out of the chunk loop.
     #[inline(always)]
     unsafe fn prepare_bits(&mut self, e: u64) {
-        unsafe {
-            let (c, b) = (&self.c, &mut *self.b);
-            if O::WRITE_W && L::W::MAY_DRAW_BITS && c.w.draws_bits() {
-                b.rng_w.prepare(e);
-            }
-            if O::WRITE_S[0] && L::S0::MAY_DRAW_BITS && c.s0.draws_bits() {
-                b.rng_s[0].prepare(e);
-            }
-            if O::WRITE_S[1] && L::S1::MAY_DRAW_BITS && c.s1.draws_bits() {
-                b.rng_s[1].prepare(e);
-            }
-            if O::WRITE_S[2] && L::S2::MAY_DRAW_BITS && c.s2.draws_bits() {
-                b.rng_s[2].prepare(e);
-            }
-        }
+        each_drawing_stream!(self, rng => unsafe { rng.prepare(e) });
     }
 
     /// [`ChunkBody::full_run`] within one block of random bits (or all of it where none are
@@ -520,10 +531,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                 G == 2
                     && V::PAIRED_U16
                     && RoundingBits::<V>::IN_ORDER
-                    && ((O::WRITE_W && L::W::MAY_DRAW_BITS)
-                        || (O::WRITE_S[0] && L::S0::MAY_DRAW_BITS)
-                        || (O::WRITE_S[1] && L::S1::MAY_DRAW_BITS)
-                        || (O::WRITE_S[2] && L::S2::MAY_DRAW_BITS))
+                    && Self::STORES_MAY_DRAW
                     && !O::DRAWS_IN_APPLY
             } {
                 self.full_run_in_order::<G>(off, e, end)
@@ -557,21 +565,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// Starts the in-order counter of every stream whose stores draw bits at element `e`.
     #[inline(always)]
     unsafe fn begin_pairs(&mut self, e: u64) {
-        unsafe {
-            let (c, b) = (&self.c, &mut *self.b);
-            if O::WRITE_W && L::W::MAY_DRAW_BITS && c.w.draws_bits() {
-                b.rng_w.begin_pairs(e);
-            }
-            if O::WRITE_S[0] && L::S0::MAY_DRAW_BITS && c.s0.draws_bits() {
-                b.rng_s[0].begin_pairs(e);
-            }
-            if O::WRITE_S[1] && L::S1::MAY_DRAW_BITS && c.s1.draws_bits() {
-                b.rng_s[1].begin_pairs(e);
-            }
-            if O::WRITE_S[2] && L::S2::MAY_DRAW_BITS && c.s2.draws_bits() {
-                b.rng_s[2].begin_pairs(e);
-            }
-        }
+        each_drawing_stream!(self, rng => unsafe { rng.begin_pairs(e) });
     }
 
     /// [`Self::full_run_grouped`]'s loop over one piece.
@@ -585,49 +579,42 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         unsafe {
             let (l, gl) = (V::LANES as u64, (G * V::LANES) as u64);
             let last = e + (end - e) / gl * gl;
-            if const { IN_ORDER } && last - e >= 2 * gl {
-                // Each group computed before the previous one is stored: the next divisions
-                // reach the divider ahead of the rounds and stores (Zen 4: 2-4% off the bf16-SR
-                // states steps, docs/DESIGN.md).
+            if last - e >= 2 * gl {
+                // In order, each group is computed before the previous one is stored: the next
+                // divisions reach the divider ahead of the rounds and stores (Zen 4: 2-4% off the
+                // bf16-SR states steps, docs/DESIGN.md).
                 let mut cur = load_group::<V, L, O, G>(&self.c, off);
-                compute_group::<V, L, O, G>(self.op, self.b, &mut cur, e);
-                while e + gl < last {
-                    if self.prefetch {
-                        unrolled!(G, i => {
-                            self.prefetch(off + (i * V::LANES) as isize);
-                        });
-                    }
-                    let mut next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
-                    compute_group::<V, L, O, G>(self.op, self.b, &mut next, e + gl);
-                    store_vals::<V, L, O, G, IN_ORDER>(self.b, &self.c, cur, off, e);
-                    cur = next;
-                    off += gl as isize;
-                    e += gl;
+                if const { IN_ORDER } {
+                    compute_group::<V, L, O, G>(self.op, self.b, &mut cur, e);
                 }
-                store_vals::<V, L, O, G, IN_ORDER>(self.b, &self.c, cur, off, e);
-                off += gl as isize;
-                e += gl;
-            } else if last - e >= 2 * gl {
-                let mut v = load_group::<V, L, O, G>(&self.c, off);
                 while e + gl < last {
                     if self.prefetch {
                         unrolled!(G, i => {
                             self.prefetch(off + (i * V::LANES) as isize);
                         });
                     }
-                    if V::OVERLAP_CHUNKS {
+                    if const { IN_ORDER } {
+                        let mut next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
+                        compute_group::<V, L, O, G>(self.op, self.b, &mut next, e + gl);
+                        store_vals::<V, L, O, G, IN_ORDER>(self.b, &self.c, cur, off, e);
+                        cur = next;
+                    } else if V::OVERLAP_CHUNKS {
                         // The next group's loads before this group's stores.
                         let next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
-                        finish_group::<V, L, O, G, IN_ORDER>(self.op, self.b, &self.c, v, off, e);
-                        v = next;
+                        finish_group::<V, L, O, G>(self.op, self.b, &self.c, cur, off, e);
+                        cur = next;
                     } else {
-                        finish_group::<V, L, O, G, IN_ORDER>(self.op, self.b, &self.c, v, off, e);
-                        v = load_group::<V, L, O, G>(&self.c, off + gl as isize);
+                        finish_group::<V, L, O, G>(self.op, self.b, &self.c, cur, off, e);
+                        cur = load_group::<V, L, O, G>(&self.c, off + gl as isize);
                     }
                     off += gl as isize;
                     e += gl;
                 }
-                finish_group::<V, L, O, G, IN_ORDER>(self.op, self.b, &self.c, v, off, e);
+                if const { IN_ORDER } {
+                    store_vals::<V, L, O, G, IN_ORDER>(self.b, &self.c, cur, off, e);
+                } else {
+                    finish_group::<V, L, O, G>(self.op, self.b, &self.c, cur, off, e);
+                }
                 off += gl as isize;
                 e += gl;
             }
