@@ -36,8 +36,6 @@ pub(crate) struct GroupBits<V: Simd, const WORDS: bool = false> {
     bits: [V::U; 2 * MAX_RNG_VECTORS],
     /// What every counter vector of the stream shares, set up by the first fill.
     consts: CounterConsts<V>,
-    /// [`Self::next_group_word`]'s next counter vector (before round 0).
-    seq_counter: V::U,
 }
 
 /// The parts of a stream's ARS counters and keys that are the same for every span, computed once
@@ -61,9 +59,48 @@ struct CounterConsts<V: Simd> {
     wide: bool,
 }
 
-/// Groups from a multiple of which [`GroupBits::next_group_word`] may run: counter word 1 holds
-/// the block number's bits 32-47, which change every 2^30 groups.
+/// Groups from a multiple of which a [`PairDraw`] may run: counter word 1 holds the block
+/// number's bits 32-47, which change every 2^30 groups.
 pub(crate) const SEQ_GROUPS: u64 = 1 << 30;
+
+/// What the in-order draws of a step's streams share, group after group
+/// ([`RoundingBits::next_pair`]): the round keys after round 0, the same for every stream of a
+/// step (each has the step's seed), and the group's first block number in word 0 of each block.
+/// Each stream adds only its own counter constants. One set of keys for all the streams of a loop:
+/// with a set per stream LLVM kept them on the stack, and the step loaded every key once per
+/// stream and group (Zen 4 loads one 512-bit vector per cycle).
+pub(crate) struct PairDraw<V: Simd> {
+    /// Round keys 1-5, each repeated in every block.
+    keys: [V::U; 5],
+    /// `(4g, 0, 0, 0)` in every block for group `g`: the low half of its first block number.
+    block0: V::U,
+    /// `(4, 0, 0, 0)` in every block: one group on.
+    next: V::U,
+}
+
+impl<V: Simd> PairDraw<V> {
+    /// At the group of element `e`, a multiple of 32, for the streams of `seed`.
+    #[inline(always)]
+    pub(crate) unsafe fn new(seed: u64, e: u64) -> Self {
+        unsafe {
+            debug_assert!(e.is_multiple_of(32));
+            let keys: [[u32; 4]; 6] = round_keys(seed_key(seed));
+            let first = (e >> 5) * 4;
+            PairDraw {
+                keys: core::array::from_fn(|i| per_block::<V>(|_| keys[i + 1])),
+                block0: per_block::<V>(|_| [first as u32, 0, 0, 0]),
+                next: per_block::<V>(|_| [4, 0, 0, 0]),
+            }
+        }
+    }
+
+    /// Moves on to the next group (its block number's low half wraps where counter word 1
+    /// changes, past which no run goes: [`SEQ_GROUPS`]).
+    #[inline(always)]
+    pub(crate) unsafe fn advance(&mut self) {
+        unsafe { self.block0 = V::add_u(self.block0, self.next) }
+    }
+}
 
 /// Counter vectors of the largest span.
 const MAX_RNG_VECTORS: usize = 8;
@@ -147,7 +184,6 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
                     keys: [V::splat_u(0); 6],
                     wide: false,
                 },
-                seq_counter: V::splat_u(0),
             }
         }
     }
@@ -227,39 +263,30 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
         }
     }
 
-    /// Sets the counter of [`Self::next_group_word`] to group `g`'s (blocks `4g .. 4g + 4`).
-    /// The groups it then gives must not cross a multiple of 2^30 groups, where counter word 1
-    /// changes ([`SEQ_GROUPS`]).
+    /// Sets up the counter constants for [`Self::group_word`] from group `g` on. The groups
+    /// drawn must not cross a multiple of 2^30 groups, where counter word 1 changes
+    /// ([`SEQ_GROUPS`]).
     #[inline(always)]
     pub(crate) unsafe fn begin_groups(&mut self, g: u64) {
         unsafe {
             debug_assert_eq!(Self::PER_GROUP, 1);
-            let first = g * 4;
-            self.consts_for(first);
-            let k = &self.consts;
-            // `start[0]` is blocks 0-3 of a span after round 0: XOR-ing the key back gives their
-            // counters, `(i, word1, step, stream_word)`.
-            let blocks0 = V::xor_u(k.start[0], k.keys[0]);
-            self.seq_counter = V::add_u(blocks0, V::and_u(V::splat_u(first as u32), k.word0));
+            self.consts_for(g * 4);
         }
     }
 
-    /// The ARS-5 output words of the group after the last one given (the first: the one
-    /// [`Self::begin_groups`] named), one vector (`PER_GROUP == 1`), for a loop that takes the
-    /// groups in order: the counter vector is kept and advanced by one group, so a group costs
-    /// its rounds and three vector operations, with no span cache to store, load and index, and
-    /// no test in the loop.
+    /// The ARS-5 output words of the group `d` is at, one vector (`PER_GROUP == 1`), for a loop
+    /// that takes the groups in order: one XOR and the rounds, with no span cache to store, load
+    /// and index, and no test in the loop. As [`Self::span_words`] for a span of one group:
+    /// `start[0]` holds blocks 0-3 after round 0, and the group's first block is a multiple of 4.
     #[inline(always)]
-    pub(crate) unsafe fn next_group_word(&mut self) -> V::U {
+    pub(crate) unsafe fn group_word(&self, d: &PairDraw<V>) -> V::U {
         unsafe {
-            let k = &self.consts;
-            let mut x = V::xor_u(self.seq_counter, k.keys[0]);
-            // Word 0 of each block is its block number's low half: four blocks per group.
-            self.seq_counter = V::add_u(self.seq_counter, V::and_u(V::splat_u(4), k.word0));
-            for key in &k.keys[1..5] {
+            debug_assert_eq!(Self::PER_GROUP, 1);
+            let mut x = V::xor_u(self.consts.start[0], d.block0);
+            for key in &d.keys[..4] {
                 x = V::aes_enc(x, *key);
             }
-            V::aes_enc_last(x, k.keys[5])
+            V::aes_enc_last(x, d.keys[4])
         }
     }
 
@@ -832,10 +859,10 @@ impl<V: Simd> RoundingBits<V> {
     }
 
     /// Whether a backend can draw a 32-element group's bits in order, with no span cache
-    /// ([`GroupBits::next_group_word`]): one vector of words per group, rounds inline.
+    /// ([`GroupBits::group_word`]): one vector of words per group, rounds inline.
     pub(crate) const IN_ORDER: bool = !V::RNG_BLOCK && GroupBits::<V>::PER_GROUP == 1;
 
-    /// Starts [`Self::next_pair`] at the group of element `e`, a multiple of 32 (see
+    /// Readies [`Self::next_pair`] for the groups from element `e`, a multiple of 32 (see
     /// [`GroupBits::begin_groups`]).
     #[inline(always)]
     pub unsafe fn begin_pairs(&mut self, e: u64) {
@@ -845,11 +872,12 @@ impl<V: Simd> RoundingBits<V> {
         }
     }
 
-    /// The bits of the next group's two chunks (in the low halves), as [`Self::r16`] of each.
+    /// The bits of the two chunks (in the low halves) of the group `d` is at, as [`Self::r16`]
+    /// of each; `d` was made with this stream's seed.
     #[inline(always)]
-    pub unsafe fn next_pair(&mut self) -> [V::U; 2] {
+    pub unsafe fn next_pair(&self, d: &PairDraw<V>) -> [V::U; 2] {
         unsafe {
-            let w = self.span.assume_init_mut().next_group_word();
+            let w = self.span.assume_init_ref().group_word(d);
             [V::and_u(w, V::splat_u(0xFFFF)), V::shr::<16>(w)]
         }
     }

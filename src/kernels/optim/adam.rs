@@ -38,6 +38,9 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
     const WRITE_W: bool = true;
     // Slot 2 is None unless amsgrad, so "writing" it is a no-op otherwise.
     const WRITE_S: [bool; 3] = [true, true, true];
+    // A NaN first moment, second moment or maximum (AMSGrad's `select` keeps a NaN on either
+    // side) makes the quotient NaN, and the weights' FMA keeps it: `lr = 0` too (0 × NaN).
+    const NAN_REACHES_W: bool = true;
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {

@@ -3,6 +3,7 @@
 //! ([`drive`]); NaN gradients and weights tracked for the canonical NaN rule.
 
 use super::*;
+use crate::kernels::PairDraw;
 
 /// One chunk's values: weights, gradients, states.
 pub(super) struct Vals<V: Simd> {
@@ -30,6 +31,10 @@ pub(super) trait ElementOp<V: Simd> {
     /// Whether `apply` draws the random bits of the stores itself (LAMB's `as_stored`): the
     /// stores then read them from the span cache, not from the in-order counter.
     const DRAWS_IN_APPLY: bool = false;
+    /// Whether every NaN lane of a vector the pass stores is a NaN lane of the new weights too
+    /// (each stored value flows into the weights' update through operations that keep a NaN):
+    /// the NaN test of a chunk ([`compute`]) then looks at the weights alone.
+    const NAN_REACHES_W: bool = false;
     /// Transforms the loaded values of the chunk at global index `e`.
     unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>);
 }
@@ -132,7 +137,7 @@ unsafe fn finish_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
 ) {
     unsafe {
         compute_group::<V, L, O, G>(op, b, &mut vs, e);
-        store_vals::<V, L, O, G, false>(b, c, vs, off, e);
+        store_vals::<V, L, O, G>(b, c, vs, off, e, [None; 4]);
     }
 }
 
@@ -152,20 +157,15 @@ unsafe fn compute_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
 }
 
 /// Stores what `O` writes of the `G` computed chunks `vs` from `off` (global `e`), buffer by
-/// buffer ([`Access::store_group`], `IN_ORDER` passed on).
+/// buffer ([`Access::store_group`], with the bits `drawn` for each).
 #[inline(always)]
-unsafe fn store_vals<
-    V: Simd,
-    L: Layout<V>,
-    O: ElementOp<V>,
-    const G: usize,
-    const IN_ORDER: bool,
->(
+unsafe fn store_vals<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     b: &mut Bufs<V, L>,
     c: &ChunkBufs<V, L>,
     vs: [Vals<V>; G],
     off: isize,
     e: u64,
+    drawn: Drawn<V>,
 ) {
     unsafe {
         let [r0, r1, r2] = &mut b.rng_s;
@@ -177,25 +177,25 @@ unsafe fn store_vals<
             unrolled!(G, i => {
                 x[i] = vs[i].s[2];
             });
-            c.s2.store_group::<G, IN_ORDER>(off, &x, r2, e);
+            c.s2.store_group::<G>(off, &x, r2, e, drawn[3]);
         }
         if O::WRITE_S[1] {
             unrolled!(G, i => {
                 x[i] = vs[i].s[1];
             });
-            c.s1.store_group::<G, IN_ORDER>(off, &x, r1, e);
+            c.s1.store_group::<G>(off, &x, r1, e, drawn[2]);
         }
         if O::WRITE_S[0] {
             unrolled!(G, i => {
                 x[i] = vs[i].s[0];
             });
-            c.s0.store_group::<G, IN_ORDER>(off, &x, r0, e);
+            c.s0.store_group::<G>(off, &x, r0, e, drawn[1]);
         }
         if O::WRITE_W {
             unrolled!(G, i => {
                 x[i] = vs[i].p;
             });
-            c.w.store_group::<G, IN_ORDER>(off, &x, &mut b.rng_w, e);
+            c.w.store_group::<G>(off, &x, &mut b.rng_w, e, drawn[0]);
         }
     }
 }
@@ -220,7 +220,14 @@ unsafe fn compute<V: Simd, L: Layout<V>, O: ElementOp<V>>(
             O::WRITE_S[2] && L::S2::CANONICAL,
             O::WRITE_W && L::W::CANONICAL,
         ];
-        if any_nan::<V>(canon, [v.s[0], v.s[1], v.s[2], v.p]) {
+        // One compare where the weights' NaNs cover the states' (Adam: three stored vectors
+        // took two compares; each takes one of the two pipes the FMAs use on Zen 4).
+        let tested = if O::NAN_REACHES_W && canon[3] {
+            [false, false, false, true]
+        } else {
+            canon
+        };
+        if any_nan::<V>(tested, [v.s[0], v.s[1], v.s[2], v.p]) {
             if canon[0] {
                 v.s[0] = canonicalize::<V>(v.s[0]);
             }
@@ -412,29 +419,34 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
 }
 
 /// Runs `$body` with `$rng` bound to the random bits of each stream that the op's stores draw
-/// from (weights, then state slots 0-2), inside a `Driver` method. A macro, not a closure (see
-/// `any_nan`) nor a loop over the streams, which changed AVX2's code (gungraun: Adam +2.3%).
+/// from and `$k` to its place in [`Drawn`] (weights, then state slots 0-2), inside a `Driver`
+/// method. A macro, not a closure (see `any_nan`) nor a loop over the streams, which changed
+/// AVX2's code (gungraun: Adam +2.3%).
 macro_rules! each_drawing_stream {
-    ($d:expr, $rng:ident => $body:expr) => {{
+    ($d:expr, ($k:ident, $rng:ident) => $body:expr) => {{
         let (c, b) = (&$d.c, &mut *$d.b);
         if O::WRITE_W && L::W::MAY_DRAW_BITS && c.w.draws_bits() {
-            let $rng = &mut b.rng_w;
+            let ($k, $rng) = (0usize, &mut b.rng_w);
             $body;
         }
         if O::WRITE_S[0] && L::S0::MAY_DRAW_BITS && c.s0.draws_bits() {
-            let $rng = &mut b.rng_s[0];
+            let ($k, $rng) = (1usize, &mut b.rng_s[0]);
             $body;
         }
         if O::WRITE_S[1] && L::S1::MAY_DRAW_BITS && c.s1.draws_bits() {
-            let $rng = &mut b.rng_s[1];
+            let ($k, $rng) = (2usize, &mut b.rng_s[1]);
             $body;
         }
         if O::WRITE_S[2] && L::S2::MAY_DRAW_BITS && c.s2.draws_bits() {
-            let $rng = &mut b.rng_s[2];
+            let ($k, $rng) = (3usize, &mut b.rng_s[2]);
             $body;
         }
     }};
 }
+
+/// The bits of a group's stochastic paired stores, drawn before the stores
+/// ([`Driver::draw_pairs`]): weights, then state slots 0-2; `None` where the buffer draws none.
+type Drawn<V> = [Option<[<V as crate::arch::Simd>::U; 2]>; 4];
 
 impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// Whether a buffer the op stores can round stochastically (its kind can).
@@ -457,7 +469,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// rounds stochastically (`RoundingBits::prepare`), out of the chunk loop.
     #[inline(always)]
     unsafe fn prepare_bits(&mut self, e: u64) {
-        each_drawing_stream!(self, rng => unsafe { rng.prepare(e) });
+        each_drawing_stream!(self, (_k, rng) => unsafe { rng.prepare(e) });
     }
 
     /// [`ChunkBody::full_run`] within one block of random bits (or all of it where none are
@@ -519,10 +531,10 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// per group): a copy per case had made the test profile's build of the crate take minutes
     /// longer.
     ///
-    /// Where the stores of a pair of chunks can draw their bits from the streams' in-order
-    /// counters ([`RoundingBits::next_pair`]), the groups start at multiples of 32 elements (a
-    /// chunk alone first where the run starts half-way through one) and the counters are started
-    /// before the loop, the run cut where counter word 1 changes ([`SEQ_GROUPS`]).
+    /// Where the stores of a pair of chunks can draw their bits in order, a group at a time
+    /// ([`RoundingBits::next_pair`]), the groups start at multiples of 32 elements (a chunk alone
+    /// first where the run starts half-way through one), the streams are readied before the
+    /// loop, and the run is cut where counter word 1 changes ([`SEQ_GROUPS`]).
     #[inline(always)]
     unsafe fn full_run_grouped<const G: usize>(&mut self, off: isize, e: u64, end: u64) {
         unsafe {
@@ -554,7 +566,6 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
             let run = 32 * SEQ_GROUPS;
             while e < end {
                 let stop = (e - e % run).saturating_add(run).min(end);
-                self.begin_pairs(e);
                 self.grouped_loop::<G, true>(off, e, stop);
                 off += (stop - e) as isize;
                 e = stop;
@@ -562,10 +573,26 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         }
     }
 
-    /// Starts the in-order counter of every stream whose stores draw bits at element `e`.
+    /// Readies every stream whose stores draw bits for the groups from element `e`, and gives
+    /// what their draws share. Every stream of a step has the step's seed (`Bufs::of`).
     #[inline(always)]
-    unsafe fn begin_pairs(&mut self, e: u64) {
-        each_drawing_stream!(self, rng => unsafe { rng.begin_pairs(e) });
+    unsafe fn begin_pairs(&mut self, e: u64) -> PairDraw<V> {
+        unsafe {
+            let seed = self.b.rng_w.coord().seed;
+            each_drawing_stream!(self, (_k, rng) => {
+                debug_assert_eq!(rng.coord().seed, seed);
+                rng.begin_pairs(e)
+            });
+            PairDraw::new(seed, e)
+        }
+    }
+
+    /// The bits of the group `d` is at for every stream whose stores draw them.
+    #[inline(always)]
+    unsafe fn draw_pairs(&mut self, d: &PairDraw<V>) -> Drawn<V> {
+        let mut drawn = [None; 4];
+        each_drawing_stream!(self, (k, rng) => drawn[k] = Some(unsafe { rng.next_pair(d) }));
+        drawn
     }
 
     /// [`Self::full_run_grouped`]'s loop over one piece.
@@ -583,6 +610,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                 // In order, each group is computed before the previous one is stored: the next
                 // divisions reach the divider ahead of the rounds and stores (Zen 4: 2-4% off the
                 // bf16-SR states steps, docs/DESIGN.md).
+                let mut draw = if const { IN_ORDER } {
+                    Some(self.begin_pairs(e))
+                } else {
+                    None
+                };
                 let mut cur = load_group::<V, L, O, G>(&self.c, off);
                 if const { IN_ORDER } {
                     compute_group::<V, L, O, G>(self.op, self.b, &mut cur, e);
@@ -593,11 +625,19 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                             self.prefetch(off + (i * V::LANES) as isize);
                         });
                     }
+                    // Inline-const branches, so that the other loops' builds do not carry this
+                    // one (`draw` is always `Some` here).
                     if const { IN_ORDER } {
-                        let mut next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
-                        compute_group::<V, L, O, G>(self.op, self.b, &mut next, e + gl);
-                        store_vals::<V, L, O, G, IN_ORDER>(self.b, &self.c, cur, off, e);
-                        cur = next;
+                        if let Some(d) = draw.as_mut() {
+                            // This group's bits, drawn before the next group's arithmetic
+                            // (level with drawing them in the stores, on Zen 4).
+                            let drawn = self.draw_pairs(d);
+                            d.advance();
+                            let mut next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
+                            compute_group::<V, L, O, G>(self.op, self.b, &mut next, e + gl);
+                            store_vals::<V, L, O, G>(self.b, &self.c, cur, off, e, drawn);
+                            cur = next;
+                        }
                     } else if V::OVERLAP_CHUNKS {
                         // The next group's loads before this group's stores.
                         let next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
@@ -611,7 +651,10 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                     e += gl;
                 }
                 if const { IN_ORDER } {
-                    store_vals::<V, L, O, G, IN_ORDER>(self.b, &self.c, cur, off, e);
+                    if let Some(d) = draw.as_ref() {
+                        let drawn = self.draw_pairs(d);
+                        store_vals::<V, L, O, G>(self.b, &self.c, cur, off, e, drawn);
+                    }
                 } else {
                     finish_group::<V, L, O, G>(self.op, self.b, &self.c, cur, off, e);
                 }

@@ -141,16 +141,16 @@ trait Access<V: Simd>: Copy {
 
     /// Stores `G` consecutive chunks, `vs[i]` at local index `off + i * LANES` (global
     /// `e + i * LANES`): chunk by chunk, but for split weights all trails before all tops
-    /// (`Driver::full_run`: why). With `IN_ORDER`, a stochastic store of a pair of chunks takes
-    /// its bits from `rng`'s in-order counter ([`RoundingBits::next_pair`]), which the driver has
-    /// started at this group.
+    /// (`Driver::full_run`: why). A stochastic store of a pair of chunks takes the bits `drawn`
+    /// where the driver has drawn them ([`RoundingBits::next_pair`]).
     #[inline(always)]
-    unsafe fn store_group<const G: usize, const IN_ORDER: bool>(
+    unsafe fn store_group<const G: usize>(
         &self,
         off: isize,
         vs: &[V::F; G],
         rng: &mut RoundingBits<V>,
         e: u64,
+        _drawn: Option<[V::U; 2]>,
     ) {
         unsafe { store_chunks::<V, Self, G>(self, off, vs, rng, e) }
     }
@@ -309,12 +309,13 @@ impl<V: Simd> Access<V> for SplitBuf {
     }
 
     #[inline(always)]
-    unsafe fn store_group<const G: usize, const IN_ORDER: bool>(
+    unsafe fn store_group<const G: usize>(
         &self,
         off: isize,
         vs: &[V::F; G],
         _rng: &mut RoundingBits<V>,
         _e: u64,
+        _drawn: Option<[V::U; 2]>,
     ) {
         unsafe {
             // Split bits need no random bits (`encode` is the f32 bits).
@@ -449,17 +450,17 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     }
 
     #[inline(always)]
-    unsafe fn store_group<const G: usize, const IN_ORDER: bool>(
+    unsafe fn store_group<const G: usize>(
         &self,
         off: isize,
         vs: &[V::F; G],
         rng: &mut RoundingBits<V>,
         e: u64,
+        drawn: Option<[V::U; 2]>,
     ) {
         unsafe {
             if const { G == 2 && V::PAIRED_U16 } {
-                let (first, second) = if IN_ORDER && self.rounding() == Rounding::Stochastic {
-                    let r = rng.next_pair();
+                let (first, second) = if let Some(r) = drawn {
                     (
                         self.rounded_high_with::<V>(vs[0], r[0]),
                         self.rounded_high_with::<V>(vs[G - 1], r[1]),
