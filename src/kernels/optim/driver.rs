@@ -455,6 +455,20 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         || (O::WRITE_S[1] && L::S1::MAY_DRAW_BITS)
         || (O::WRITE_S[2] && L::S2::MAY_DRAW_BITS);
 
+    /// Whether the stores draw their bits a group at a time, in order ([`Self::draw_pairs`]):
+    /// some stored buffer can round stochastically, every such buffer takes the bits drawn for a
+    /// pair of chunks ([`Access::PAIRED_DRAWS`]), the backend draws them without a span cache,
+    /// and `apply` draws none itself. Such layouts run in groups of 2 chunks (whatever the
+    /// weights), the groups in order.
+    const PAIRED_DRAWS: bool = V::STORE_GROUP == 2
+        && RoundingBits::<V>::IN_ORDER
+        && !O::DRAWS_IN_APPLY
+        && Self::STORES_MAY_DRAW
+        && (!O::WRITE_W || !L::W::MAY_DRAW_BITS || L::W::PAIRED_DRAWS)
+        && (!O::WRITE_S[0] || !L::S0::MAY_DRAW_BITS || L::S0::PAIRED_DRAWS)
+        && (!O::WRITE_S[1] || !L::S1::MAY_DRAW_BITS || L::S1::PAIRED_DRAWS)
+        && (!O::WRITE_S[2] || !L::S2::MAY_DRAW_BITS || L::S2::PAIRED_DRAWS);
+
     /// Whether a buffer the op stores rounds stochastically.
     #[inline(always)]
     fn draws_bits(&self) -> bool {
@@ -479,7 +493,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         unsafe {
             // Inline-const conditions: rustc instantiates only the branch taken, so each driver
             // compiles one loop, not all three (the library's build spends its time on these).
-            if const { L::W::GROUPED && V::STORE_GROUP == 2 } {
+            if const { (L::W::GROUPED || Self::PAIRED_DRAWS) && V::STORE_GROUP == 2 } {
                 self.full_run_grouped::<2>(off, e, end)
             } else if const { L::W::GROUPED && V::STORE_GROUP == 4 } {
                 self.full_run_grouped::<4>(off, e, end)
@@ -539,13 +553,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     unsafe fn full_run_grouped<const G: usize>(&mut self, off: isize, e: u64, end: u64) {
         unsafe {
             // Inline-const conditions, as in `full_run_unblocked`.
-            if const {
-                G == 2
-                    && V::PAIRED_U16
-                    && RoundingBits::<V>::IN_ORDER
-                    && Self::STORES_MAY_DRAW
-                    && !O::DRAWS_IN_APPLY
-            } {
+            if const { G == 2 && Self::PAIRED_DRAWS } {
                 self.full_run_in_order::<G>(off, e, end)
             } else {
                 self.grouped_loop::<G, false>(off, e, end)

@@ -88,7 +88,8 @@ trait Access<V: Simd>: Copy {
 
     /// Whether calls with this kind of weights load and store their chunks in groups
     /// (`Driver::full_run`: why): split weights only; grouped, all-f32 steps lost time in cache and
-    /// gained only where their buffers collided (docs/DESIGN.md).
+    /// gained only where their buffers collided (docs/DESIGN.md). Layouts whose stores draw their
+    /// bits in pairs run in groups whatever their weights (`Driver::PAIRED_DRAWS`).
     const GROUPED: bool = false;
 
     /// Whether stores must hold canonical NaNs (SPEC.md §5): every kind the caller passes. Not
@@ -98,6 +99,10 @@ trait Access<V: Simd>: Copy {
     /// Whether the kind can round stochastically (bf16, or the run-time kind): the driver then
     /// fills its random bits block by block (`Driver::full_run`).
     const MAY_DRAW_BITS: bool = false;
+
+    /// Whether a stochastic store of a pair of chunks ([`Access::store_group`]) takes the bits
+    /// the driver has drawn for the group, where the backend pairs 16-bit stores: bf16 only.
+    const PAIRED_DRAWS: bool = false;
 
     /// Whether this buffer's stores draw random bits.
     #[inline(always)]
@@ -388,6 +393,7 @@ impl<const R: u8> Bf16Buf<R> {
 
 impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     const MAY_DRAW_BITS: bool = true;
+    const PAIRED_DRAWS: bool = V::PAIRED_U16;
 
     #[inline(always)]
     fn draws_bits(&self) -> bool {
