@@ -256,8 +256,8 @@ pub(crate) trait Simd: Copy + 'static {
     }
 
     /// Whether [`Simd::load_u16_high_pair`] and [`Simd::store_u16_high_pair`] take two consecutive
-    /// chunks' bf16 values with one shuffle per chunk read and one store per line written
-    /// (AVX-512: a two-table `vpermt2w`), so that the optimizers' grouped loops (`STORE_GROUP` 2)
+    /// chunks' bf16 values with one load per line read (AVX-512: a `vpermw` and two unpacks) and
+    /// one store per line written (a two-table `vpermt2w`), so that the optimizers' grouped loops (`STORE_GROUP` 2)
     /// use them for bf16 buffers. Otherwise those loops keep their own order of loads and stores.
     /// (AVX2 overrides the store alone, which the stochastic bf16 conversion uses; its optimizers
     /// keep the one-chunk forms.)
