@@ -29,7 +29,8 @@ pub(super) trait ElementOp<V: Simd> {
     /// Whether the pass reads each state slot (a slot it only writes is not loaded).
     const READ_S: [bool; 3] = [true; 3];
     /// Whether `apply` draws the random bits of the stores itself (LAMB's `as_stored`): the
-    /// stores then read them from the span cache, not from the in-order counter.
+    /// stores then read them from the span cache, not from bits the driver draws in order
+    /// (`Driver::PAIRED_DRAWS`).
     const DRAWS_IN_APPLY: bool = false;
     /// Whether every NaN lane of a vector the pass stores is a NaN lane of the new weights too
     /// (each stored value flows into the weights' update through operations that keep a NaN):
@@ -419,25 +420,26 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
 }
 
 /// Runs `$body` with `$rng` bound to the random bits of each stream that the op's stores draw
-/// from and `$k` to its place in [`Drawn`] (weights, then state slots 0-2), inside a `Driver`
-/// method. A macro, not a closure (see `any_nan`) nor a loop over the streams, which changed
-/// AVX2's code (gungraun: Adam +2.3%).
+/// from (`Driver::drawing`) and `$k` to its place in [`Drawn`] (weights, then state slots 0-2),
+/// inside a `Driver` method. A macro, not a closure (see `any_nan`) nor a loop over the streams,
+/// which changed AVX2's code (gungraun: Adam +2.3%).
 macro_rules! each_drawing_stream {
     ($d:expr, ($k:ident, $rng:ident) => $body:expr) => {{
-        let (c, b) = (&$d.c, &mut *$d.b);
-        if O::WRITE_W && L::W::MAY_DRAW_BITS && c.w.draws_bits() {
+        let drawing = $d.drawing();
+        let b = &mut *$d.b;
+        if drawing[0] {
             let ($k, $rng) = (0usize, &mut b.rng_w);
             $body;
         }
-        if O::WRITE_S[0] && L::S0::MAY_DRAW_BITS && c.s0.draws_bits() {
+        if drawing[1] {
             let ($k, $rng) = (1usize, &mut b.rng_s[0]);
             $body;
         }
-        if O::WRITE_S[1] && L::S1::MAY_DRAW_BITS && c.s1.draws_bits() {
+        if drawing[2] {
             let ($k, $rng) = (2usize, &mut b.rng_s[1]);
             $body;
         }
-        if O::WRITE_S[2] && L::S2::MAY_DRAW_BITS && c.s2.draws_bits() {
+        if drawing[3] {
             let ($k, $rng) = (3usize, &mut b.rng_s[2]);
             $body;
         }
@@ -449,34 +451,62 @@ macro_rules! each_drawing_stream {
 type Drawn<V> = [Option<[<V as crate::arch::Simd>::U; 2]>; 4];
 
 impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
-    /// Whether a buffer the op stores can round stochastically (its kind can).
-    const STORES_MAY_DRAW: bool = (O::WRITE_W && L::W::MAY_DRAW_BITS)
-        || (O::WRITE_S[0] && L::S0::MAY_DRAW_BITS)
-        || (O::WRITE_S[1] && L::S1::MAY_DRAW_BITS)
-        || (O::WRITE_S[2] && L::S2::MAY_DRAW_BITS);
+    /// Which buffers the op stores can round stochastically (their kinds can): weights, then
+    /// state slots 0-2, the order of [`Drawn`].
+    const STORED_MAY_DRAW: [bool; 4] = [
+        O::WRITE_W && L::W::MAY_DRAW_BITS,
+        O::WRITE_S[0] && L::S0::MAY_DRAW_BITS,
+        O::WRITE_S[1] && L::S1::MAY_DRAW_BITS,
+        O::WRITE_S[2] && L::S2::MAY_DRAW_BITS,
+    ];
+
+    /// Whether a buffer the op stores can round stochastically.
+    const STORES_MAY_DRAW: bool = {
+        let m = Self::STORED_MAY_DRAW;
+        m[0] || m[1] || m[2] || m[3]
+    };
 
     /// Whether the stores draw their bits a group at a time, in order ([`Self::draw_pairs`]):
     /// some stored buffer can round stochastically, every such buffer takes the bits drawn for a
     /// pair of chunks ([`Access::PAIRED_DRAWS`]), the backend draws them without a span cache,
     /// and `apply` draws none itself. Such layouts run in groups of 2 chunks (whatever the
     /// weights), the groups in order.
-    const PAIRED_DRAWS: bool = V::STORE_GROUP == 2
-        && RoundingBits::<V>::IN_ORDER
-        && !O::DRAWS_IN_APPLY
-        && Self::STORES_MAY_DRAW
-        && (!O::WRITE_W || !L::W::MAY_DRAW_BITS || L::W::PAIRED_DRAWS)
-        && (!O::WRITE_S[0] || !L::S0::MAY_DRAW_BITS || L::S0::PAIRED_DRAWS)
-        && (!O::WRITE_S[1] || !L::S1::MAY_DRAW_BITS || L::S1::PAIRED_DRAWS)
-        && (!O::WRITE_S[2] || !L::S2::MAY_DRAW_BITS || L::S2::PAIRED_DRAWS);
+    const PAIRED_DRAWS: bool = {
+        let m = Self::STORED_MAY_DRAW;
+        let paired = [
+            L::W::PAIRED_DRAWS,
+            L::S0::PAIRED_DRAWS,
+            L::S1::PAIRED_DRAWS,
+            L::S2::PAIRED_DRAWS,
+        ];
+        V::STORE_GROUP == 2
+            && RoundingBits::<V>::IN_ORDER
+            && !O::DRAWS_IN_APPLY
+            && Self::STORES_MAY_DRAW
+            && (!m[0] || paired[0])
+            && (!m[1] || paired[1])
+            && (!m[2] || paired[2])
+            && (!m[3] || paired[3])
+    };
+
+    /// Which buffers the op stores round stochastically in this call ([`Self::STORED_MAY_DRAW`]'s
+    /// order).
+    #[inline(always)]
+    fn drawing(&self) -> [bool; 4] {
+        let (m, c) = (Self::STORED_MAY_DRAW, &self.c);
+        [
+            m[0] && c.w.draws_bits(),
+            m[1] && c.s0.draws_bits(),
+            m[2] && c.s1.draws_bits(),
+            m[3] && c.s2.draws_bits(),
+        ]
+    }
 
     /// Whether a buffer the op stores rounds stochastically.
     #[inline(always)]
     fn draws_bits(&self) -> bool {
-        let c = &self.c;
-        (O::WRITE_W && L::W::MAY_DRAW_BITS && c.w.draws_bits())
-            || (O::WRITE_S[0] && L::S0::MAY_DRAW_BITS && c.s0.draws_bits())
-            || (O::WRITE_S[1] && L::S1::MAY_DRAW_BITS && c.s1.draws_bits())
-            || (O::WRITE_S[2] && L::S2::MAY_DRAW_BITS && c.s2.draws_bits())
+        let d = self.drawing();
+        d[0] || d[1] || d[2] || d[3]
     }
 
     /// Fills the random bits' blocks holding element `e` for every buffer the op stores that
