@@ -8,6 +8,11 @@ fn random_bit_fill_matches_the_reference_on_every_backend() {
 }
 
 #[test]
+fn even_odd_forms_match_their_definition_on_every_backend() {
+    internals::even_odd_forms();
+}
+
+#[test]
 #[cfg_attr(miri, ignore = "CPUID is not supported under Miri")]
 fn prefetch_setting_reads_on_off_auto_and_follows_the_cpu() {
     internals::prefetch_setting();

@@ -281,6 +281,95 @@ pub(crate) trait Simd: Copy + 'static {
         }
     }
 
+    // ---- Two chunks of 16-bit values in even/odd order
+    // A line of `2 * LANES` 16-bit values (two chunks') as two vectors: lane `l` of the first
+    // holds element `2l`, lane `l` of the second element `2l + 1`. Each 32-bit lane of the line
+    // is one lane of both, so line and vectors convert with shifts, masks and blends and no
+    // shuffle. For arithmetic that treats each lane alone, with every buffer in this order.
+
+    /// The f32 bits of the bf16 line at `p`: even elements, then odd (low halves zero).
+    #[inline(always)]
+    unsafe fn load_u16_high_even_odd(p: *const u16) -> [Self::U; 2] {
+        unsafe {
+            let x = Self::to_bits(Self::load(p.cast()));
+            [
+                Self::shl::<16>(x),
+                Self::and_u(x, Self::splat_u(0xFFFF_0000)),
+            ]
+        }
+    }
+    /// Stores the high halves of `v` (even elements, then odd) as the bf16 line at `p`.
+    #[inline(always)]
+    unsafe fn store_u16_high_even_odd(p: *mut u16, v: [Self::U; 2]) {
+        unsafe {
+            let high = Self::and_u(v[1], Self::splat_u(0xFFFF_0000));
+            Self::store(
+                p.cast(),
+                Self::from_bits(Self::or_u(Self::shr::<16>(v[0]), high)),
+            );
+        }
+    }
+    /// The f32 bits of the split values whose tops are the line at `top` and trails the line at
+    /// `trail`: even elements, then odd.
+    #[inline(always)]
+    unsafe fn load_split_even_odd(top: *const u16, trail: *const u16) -> [Self::U; 2] {
+        unsafe {
+            let t = Self::to_bits(Self::load(top.cast()));
+            let l = Self::to_bits(Self::load(trail.cast()));
+            [
+                Self::or_u(Self::shl::<16>(t), Self::and_u(l, Self::splat_u(0xFFFF))),
+                Self::or_u(
+                    Self::and_u(t, Self::splat_u(0xFFFF_0000)),
+                    Self::shr::<16>(l),
+                ),
+            ]
+        }
+    }
+    /// Stores the f32 bits `v` (even elements, then odd) as split values: their high halves to
+    /// the line at `top`, their low halves to the line at `trail`.
+    #[inline(always)]
+    unsafe fn store_split_even_odd(top: *mut u16, trail: *mut u16, v: [Self::U; 2]) {
+        unsafe {
+            let t = Self::or_u(
+                Self::shr::<16>(v[0]),
+                Self::and_u(v[1], Self::splat_u(0xFFFF_0000)),
+            );
+            let l = Self::or_u(
+                Self::and_u(v[0], Self::splat_u(0xFFFF)),
+                Self::shl::<16>(v[1]),
+            );
+            Self::store(top.cast(), Self::from_bits(t));
+            Self::store(trail.cast(), Self::from_bits(l));
+        }
+    }
+    /// The 16-bit values of a pair of chunks, given as words `w` (the first chunk's in the low
+    /// halves, the second's in the high halves, as [`Simd::store_u16_halves`] takes them), in
+    /// even/odd order: the even elements' values, then the odd ones', each in the low halves.
+    #[inline(always)]
+    unsafe fn even_odd_halves(w: Self::U) -> [Self::U; 2] {
+        unsafe {
+            let mut words = [0u32; MAX_LANES];
+            Self::store(words.as_mut_ptr().cast(), Self::from_bits(w));
+            let l = Self::LANES;
+            let half = |i: usize| {
+                if i < l {
+                    words[i] & 0xFFFF
+                } else {
+                    words[i - l] >> 16
+                }
+            };
+            let (mut even, mut odd) = ([0u32; MAX_LANES], [0u32; MAX_LANES]);
+            for j in 0..l {
+                even[j] = half(2 * j);
+                odd[j] = half(2 * j + 1);
+            }
+            [
+                Self::to_bits(Self::load(even.as_ptr().cast())),
+                Self::to_bits(Self::load(odd.as_ptr().cast())),
+            ]
+        }
+    }
+
     // ---- 8-bit and 4-bit memory (the low-bit formats)
     /// Loads `LANES` bytes, zero-extended.
     unsafe fn load_u8(p: *const u8) -> Self::U;
@@ -299,4 +388,97 @@ pub(crate) trait Simd: Copy + 'static {
     /// (`lane0` is `e mod 16` of the first lane, a multiple of `LANES`).
     unsafe fn acc_add_squares(acc: Self::Acc, x: Self::F, lane0: usize) -> Self::Acc;
     unsafe fn acc_lanes(acc: Self::Acc) -> [f64; 16];
+}
+
+/// Checks of the backends' primitives, run by `tests/internals.rs` through
+/// `halfstep::fuzzing::internals` (on every backend: `kernels::bits::checks`).
+#[cfg(feature = "fuzzing")]
+pub(crate) mod checks {
+    use super::{MAX_LANES, Simd};
+
+    /// The lanes of `x`.
+    #[inline(always)]
+    unsafe fn lanes<V: Simd>(x: V::U) -> [u32; MAX_LANES] {
+        let mut out = [0u32; MAX_LANES];
+        unsafe { V::store(out.as_mut_ptr().cast(), V::from_bits(x)) };
+        out
+    }
+
+    /// A vector of `f(l)` in lane `l`.
+    #[inline(always)]
+    unsafe fn vector<V: Simd>(f: impl Fn(usize) -> u32) -> V::U {
+        let mut buf = [0u32; MAX_LANES];
+        for (l, x) in buf.iter_mut().enumerate() {
+            *x = f(l);
+        }
+        unsafe { V::to_bits(V::load(buf.as_ptr().cast())) }
+    }
+
+    /// The even/odd forms of a pair of chunks (`Simd::load_u16_high_even_odd` and the others)
+    /// against their definition: lane `l` of the first vector is element `2l` of the pair, of
+    /// the second element `2l + 1`; a store keeps only the halves it stores, whatever the others.
+    #[inline(always)]
+    pub(crate) unsafe fn check_even_odd<V: Simd>(name: &str) {
+        let n = 2 * V::LANES;
+        for seed in 0..8u32 {
+            let value = |i: usize, k: u32| {
+                let x = (i as u32).wrapping_mul(0x9E37_79B9) ^ seed.wrapping_mul(0x85EB_CA6B) ^ k;
+                (x ^ x >> 15) as u16
+            };
+            let (mut top, mut trail) = ([0u16; 2 * MAX_LANES], [0u16; 2 * MAX_LANES]);
+            for i in 0..n {
+                top[i] = value(i, 1);
+                trail[i] = value(i, 2);
+            }
+            let junk = |l: usize| u32::from(value(l, 3));
+            unsafe {
+                // bf16: high halves in, low halves zero; out, only the high halves.
+                let [even, odd] = V::load_u16_high_even_odd(top.as_ptr());
+                let (even, odd) = (lanes::<V>(even), lanes::<V>(odd));
+                for l in 0..V::LANES {
+                    assert_eq!(
+                        even[l],
+                        u32::from(top[2 * l]) << 16,
+                        "{name}: bf16 even {l}"
+                    );
+                    assert_eq!(
+                        odd[l],
+                        u32::from(top[2 * l + 1]) << 16,
+                        "{name}: bf16 odd {l}"
+                    );
+                }
+                let mut line = [0u16; 2 * MAX_LANES];
+                let pair = [
+                    vector::<V>(|l| u32::from(top[2 * l]) << 16 | junk(l)),
+                    vector::<V>(|l| u32::from(top[(2 * l + 1) % n]) << 16 | junk(l + 1)),
+                ];
+                V::store_u16_high_even_odd(line.as_mut_ptr(), pair);
+                assert_eq!(line[..n], top[..n], "{name}: bf16 store");
+                // Split: tops in the high halves, trails in the low halves, both ways.
+                let [even, odd] = V::load_split_even_odd(top.as_ptr(), trail.as_ptr());
+                let (even, odd) = (lanes::<V>(even), lanes::<V>(odd));
+                let both = |i: usize| u32::from(top[i]) << 16 | u32::from(trail[i]);
+                for l in 0..V::LANES {
+                    assert_eq!(even[l], both(2 * l), "{name}: split even {l}");
+                    assert_eq!(odd[l], both(2 * l + 1), "{name}: split odd {l}");
+                }
+                let (mut t, mut r) = ([0u16; 2 * MAX_LANES], [0u16; 2 * MAX_LANES]);
+                let pair = [
+                    vector::<V>(|l| both(2 * l)),
+                    vector::<V>(|l| both((2 * l + 1) % n)),
+                ];
+                V::store_split_even_odd(t.as_mut_ptr(), r.as_mut_ptr(), pair);
+                assert_eq!(t[..n], top[..n], "{name}: split store, tops");
+                assert_eq!(r[..n], trail[..n], "{name}: split store, trails");
+                // A pair's 16-bit values as words (the first chunk's low, the second's high).
+                let words = vector::<V>(|l| u32::from(top[l]) | u32::from(top[V::LANES + l]) << 16);
+                let [even, odd] = V::even_odd_halves(words);
+                let (even, odd) = (lanes::<V>(even), lanes::<V>(odd));
+                for l in 0..V::LANES {
+                    assert_eq!(even[l], u32::from(top[2 * l]), "{name}: halves even {l}");
+                    assert_eq!(odd[l], u32::from(top[2 * l + 1]), "{name}: halves odd {l}");
+                }
+            }
+        }
+    }
 }

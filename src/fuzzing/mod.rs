@@ -280,6 +280,11 @@ pub mod internals {
         crate::kernels::bits::checks::fill_matches_the_reference_on_every_backend();
     }
 
+    /// The even/odd forms of a pair of chunks against their definition on every backend.
+    pub fn even_odd_forms() {
+        crate::kernels::bits::checks::even_odd_forms_on_every_backend();
+    }
+
     /// `HALFSTEP_PREFETCH` values, and `auto`'s choice by CPU.
     pub fn prefetch_setting() {
         crate::cpu::checks::prefetch_setting_reads_on_off_auto();

@@ -882,6 +882,13 @@ impl<V: Simd> RoundingBits<V> {
         }
     }
 
+    /// [`Self::next_pair`] in even/odd order ([`crate::arch::Simd::even_odd_halves`]): the bits
+    /// of the pair's even elements, then of its odd ones.
+    #[inline(always)]
+    pub unsafe fn next_pair_even_odd(&self, d: &PairDraw<V>) -> [V::U; 2] {
+        unsafe { V::even_odd_halves(self.span.assume_init_ref().group_word(d)) }
+    }
+
     /// In block mode, fills the block holding element `e` unless it is the one cached: from here
     /// to the block's end, [`Self::r16_prepared`] reads its bits.
     #[inline(always)]
@@ -1045,52 +1052,65 @@ pub(crate) mod checks {
         }
     }
 
-    /// Every backend this CPU runs (the others are skipped with a line on stderr).
-    pub(crate) fn fill_matches_the_reference_on_every_backend() {
-        unsafe { check_fill::<crate::arch::portable::Portable>("portable") };
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx2,fma,f16c,aes")]
-            unsafe fn avx2() {
-                unsafe { check_fill::<crate::arch::x86_64::avx2::Avx2>("avx2") }
-            }
-            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,aes,vaes")]
-            unsafe fn avx512() {
-                unsafe { check_fill::<crate::arch::x86_64::avx512::Avx512>("avx512") }
-            }
-            use crate::arch::x86_64::set_vaes_rounds;
-            use crate::cpu::Backend;
-            if Backend::Avx2.is_available() {
-                // Both forms of the rounds: 128-bit AES-NI, and 256-bit VAES where the CPU has it.
-                set_vaes_rounds(Some(false));
-                unsafe { avx2() }
-                if std::is_x86_feature_detected!("vaes") {
-                    set_vaes_rounds(Some(true));
-                    unsafe { avx2() }
-                } else {
-                    eprintln!("skipping avx2 with VAES: this CPU lacks it");
+    /// Runs `$($check)::+::<V>(name)` on every backend this CPU runs, inside its target features (the
+    /// others are skipped with a line on stderr); AVX2 with both forms of the AES rounds.
+    macro_rules! on_every_backend {
+        ($($check:ident)::+) => {{
+            unsafe { $($check)::+::<crate::arch::portable::Portable>("portable") };
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma,f16c,aes")]
+                unsafe fn avx2() {
+                    unsafe { $($check)::+::<crate::arch::x86_64::avx2::Avx2>("avx2") }
                 }
-                set_vaes_rounds(None);
-            } else {
-                eprintln!("skipping avx2: this CPU lacks it");
+                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,aes,vaes")]
+                unsafe fn avx512() {
+                    unsafe { $($check)::+::<crate::arch::x86_64::avx512::Avx512>("avx512") }
+                }
+                use crate::arch::x86_64::set_vaes_rounds;
+                use crate::cpu::Backend;
+                if Backend::Avx2.is_available() {
+                    // 128-bit AES-NI, and 256-bit VAES where the CPU has it.
+                    set_vaes_rounds(Some(false));
+                    unsafe { avx2() }
+                    if std::is_x86_feature_detected!("vaes") {
+                        set_vaes_rounds(Some(true));
+                        unsafe { avx2() }
+                    } else {
+                        eprintln!("skipping avx2 with VAES: this CPU lacks it");
+                    }
+                    set_vaes_rounds(None);
+                } else {
+                    eprintln!("skipping avx2: this CPU lacks it");
+                }
+                if Backend::Avx512.is_available() {
+                    unsafe { avx512() }
+                } else {
+                    eprintln!("skipping avx512: this CPU lacks it");
+                }
             }
-            if Backend::Avx512.is_available() {
-                unsafe { avx512() }
-            } else {
-                eprintln!("skipping avx512: this CPU lacks it");
+            #[cfg(target_arch = "aarch64")]
+            {
+                #[target_feature(enable = "neon,aes")]
+                unsafe fn neon() {
+                    unsafe { $($check)::+::<crate::arch::aarch64::neon::Neon>("neon") }
+                }
+                if crate::cpu::Backend::Neon.is_available() {
+                    unsafe { neon() }
+                } else {
+                    eprintln!("skipping neon: this CPU lacks it");
+                }
             }
-        }
-        #[cfg(target_arch = "aarch64")]
-        {
-            #[target_feature(enable = "neon,aes")]
-            unsafe fn neon() {
-                unsafe { check_fill::<crate::arch::aarch64::neon::Neon>("neon") }
-            }
-            if crate::cpu::Backend::Neon.is_available() {
-                unsafe { neon() }
-            } else {
-                eprintln!("skipping neon: this CPU lacks it");
-            }
-        }
+        }};
+    }
+
+    /// The span caches on every backend this CPU runs.
+    pub(crate) fn fill_matches_the_reference_on_every_backend() {
+        on_every_backend!(check_fill);
+    }
+
+    /// The even/odd forms of a pair of chunks on every backend this CPU runs.
+    pub(crate) fn even_odd_forms_on_every_backend() {
+        on_every_backend!(crate::arch::checks::check_even_odd);
     }
 }

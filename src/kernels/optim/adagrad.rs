@@ -18,7 +18,13 @@ impl<V: Simd> ElementOp<V> for AdagradOp<V> {
     const WRITE_S: [bool; 3] = [false, true, false];
 
     #[inline(always)]
-    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
+    unsafe fn apply<L: Layout<V>>(
+        &mut self,
+        v: &mut Vals<V>,
+        _e: u64,
+        _b: &mut Bufs<V, L>,
+        _drawn: ChunkBits<V>,
+    ) {
         unsafe {
             let mut g = if self.c.maximize { neg::<V>(v.g) } else { v.g };
             if self.decay {

@@ -43,7 +43,13 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
     const NAN_REACHES_W: bool = true;
 
     #[inline(always)]
-    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
+    unsafe fn apply<L: Layout<V>>(
+        &mut self,
+        v: &mut Vals<V>,
+        _e: u64,
+        _b: &mut Bufs<V, L>,
+        _drawn: ChunkBits<V>,
+    ) {
         unsafe {
             let c = &self.c;
             let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };

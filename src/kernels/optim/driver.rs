@@ -28,16 +28,27 @@ pub(super) trait ElementOp<V: Simd> {
     const WRITE_S: [bool; 3];
     /// Whether the pass reads each state slot (a slot it only writes is not loaded).
     const READ_S: [bool; 3] = [true; 3];
-    /// Whether `apply` draws the random bits of the stores itself (LAMB's `as_stored`): the
-    /// stores then read them from the span cache, not from bits the driver draws in order
-    /// (`Driver::PAIRED_DRAWS`).
-    const DRAWS_IN_APPLY: bool = false;
     /// Whether every NaN lane of a vector the pass stores is a NaN lane of the new weights too
     /// (each stored value flows into the weights' update through operations that keep a NaN):
     /// the NaN test of a chunk ([`compute`]) then looks at the weights alone.
     const NAN_REACHES_W: bool = false;
-    /// Transforms the loaded values of the chunk at global index `e`.
-    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>);
+    /// Whether `apply` rounds values as they will be stored (LAMB's `Access::as_stored`): the
+    /// driver then hands it the bits it drew for the chunk's stores (`apply`'s `drawn`).
+    const ROUNDS_IN_APPLY: bool = false;
+    /// Whether `apply` treats each lane alone, whatever element it holds: the driver may then
+    /// hand it a pair of chunks in even/odd order (`Driver::EVEN_ODD`). Not LAMB's first pass,
+    /// whose sums of squares go to lanes by element index (SPEC.md §7).
+    const BY_LANE: bool = true;
+    /// Transforms the loaded values of the chunk at global index `e`. `drawn` holds the bits the
+    /// driver has drawn for the chunk's stochastic stores, where it has ([`ChunkBits`]): an op
+    /// that rounds a value as it will be stored (LAMB's `Access::as_stored`) takes those.
+    unsafe fn apply<L: Layout<V>>(
+        &mut self,
+        v: &mut Vals<V>,
+        e: u64,
+        b: &mut Bufs<V, L>,
+        drawn: ChunkBits<V>,
+    );
 }
 
 /// The buffers one chunk reads and writes (the tensor's, or a stage's).
@@ -112,6 +123,82 @@ unsafe fn load_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     }
 }
 
+/// [`load_group`] of a pair of chunks (`G` is 2) in even/odd order (`Driver::EVEN_ODD`). Its own
+/// function, as is [`store_even_odd`]: as a parameter of `load_group` and `store_vals`, the order
+/// changed the code LLVM made for AVX2's AdamW with bf16-SR states (+5% instructions, gungraun).
+#[inline(always)]
+unsafe fn load_even_odd<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
+    c: &ChunkBufs<V, L>,
+    off: isize,
+) -> [Vals<V>; G] {
+    unsafe {
+        debug_assert_eq!(G, 2);
+        let zero = [V::splat(0.0); 2];
+        let p = c.w.load_even_odd(off);
+        let g = c.g.load_even_odd(off);
+        let s0 = if O::READ_S[0] {
+            c.s0.load_even_odd(off)
+        } else {
+            zero
+        };
+        let s1 = if O::READ_S[1] {
+            c.s1.load_even_odd(off)
+        } else {
+            zero
+        };
+        let s2 = if O::READ_S[2] {
+            c.s2.load_even_odd(off)
+        } else {
+            zero
+        };
+        let mut v = [Vals::<V> {
+            p: zero[0],
+            g: zero[0],
+            s: [zero[0]; 3],
+        }; G];
+        // Spelled out, as in `Access::load_group` of a bf16 pair.
+        v[0] = Vals {
+            p: p[0],
+            g: g[0],
+            s: [s0[0], s1[0], s2[0]],
+        };
+        v[G - 1] = Vals {
+            p: p[1],
+            g: g[1],
+            s: [s0[1], s1[1], s2[1]],
+        };
+        v
+    }
+}
+
+/// [`store_vals`] of a pair of chunks (`G` is 2) in even/odd order (`Driver::EVEN_ODD`), with
+/// the bits `drawn` for them in that order.
+#[inline(always)]
+unsafe fn store_even_odd<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
+    c: &ChunkBufs<V, L>,
+    vs: [Vals<V>; G],
+    off: isize,
+    drawn: Drawn<V>,
+) {
+    unsafe {
+        debug_assert_eq!(G, 2);
+        let (a, b) = (&vs[0], &vs[G - 1]);
+        // In the reverse of the order loaded, as `store_vals`.
+        if O::WRITE_S[2] {
+            c.s2.store_even_odd(off, [a.s[2], b.s[2]], drawn[3]);
+        }
+        if O::WRITE_S[1] {
+            c.s1.store_even_odd(off, [a.s[1], b.s[1]], drawn[2]);
+        }
+        if O::WRITE_S[0] {
+            c.s0.store_even_odd(off, [a.s[0], b.s[0]], drawn[1]);
+        }
+        if O::WRITE_W {
+            c.w.store_even_odd(off, [a.p, b.p], drawn[0]);
+        }
+    }
+}
+
 /// Applies `op` to the chunk's values `v` (loaded from `off`) and stores what the op writes.
 #[inline(always)]
 unsafe fn finish<V: Simd, L: Layout<V>, O: ElementOp<V>>(
@@ -137,22 +224,31 @@ unsafe fn finish_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     e: u64,
 ) {
     unsafe {
-        compute_group::<V, L, O, G>(op, b, &mut vs, e);
+        compute_group::<V, L, O, G>(op, b, &mut vs, e, &[None; 4]);
         store_vals::<V, L, O, G>(b, c, vs, off, e, [None; 4]);
     }
 }
 
-/// [`compute`] on each of `G` consecutive chunks from global `e`, in order.
+/// [`compute`] on each of `G` consecutive chunks from global `e`, in order, each with its part
+/// of the bits `drawn` for the group's stores.
 #[inline(always)]
 unsafe fn compute_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     op: &mut O,
     b: &mut Bufs<V, L>,
     vs: &mut [Vals<V>; G],
     e: u64,
+    drawn: &Drawn<V>,
 ) {
     unsafe {
         unrolled!(G, i => {
-            compute::<V, L, O>(op, b, &mut vs[i], e + (i * V::LANES) as u64);
+            // Only for an op that takes them: built for every op, the unused bits cost the
+            // portable steps 13-22% more instructions and AVX2's Adam 4% (gungraun).
+            let bits = if const { O::ROUNDS_IN_APPLY } {
+                chunk_bits::<V>(drawn, i)
+            } else {
+                [None; 4]
+            };
+            compute::<V, L, O>(op, b, &mut vs[i], e + (i * V::LANES) as u64, bits);
         });
     }
 }
@@ -201,16 +297,36 @@ unsafe fn store_vals<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     }
 }
 
-/// Applies `op` to one chunk's values (global index `e`) and canonicalises the NaNs it stores.
+/// Chunk `i`'s part of a group's bits `drawn` (none past a pair). No closures: see `any_nan`.
+#[inline(always)]
+fn chunk_bits<V: Simd>(drawn: &Drawn<V>, i: usize) -> ChunkBits<V> {
+    #[inline(always)]
+    fn part<U: Copy>(pair: Option<[U; 2]>, i: usize) -> Option<U> {
+        match pair {
+            Some(p) if i < 2 => Some(p[i]),
+            _ => None,
+        }
+    }
+    [
+        part(drawn[0], i),
+        part(drawn[1], i),
+        part(drawn[2], i),
+        part(drawn[3], i),
+    ]
+}
+
+/// Applies `op` to one chunk's values (global index `e`; `drawn`: the bits drawn for its
+/// stores) and canonicalises the NaNs it stores.
 #[inline(always)]
 unsafe fn compute<V: Simd, L: Layout<V>, O: ElementOp<V>>(
     op: &mut O,
     b: &mut Bufs<V, L>,
     v: &mut Vals<V>,
     e: u64,
+    drawn: ChunkBits<V>,
 ) {
     unsafe {
-        op.apply(v, e, b);
+        op.apply(v, e, b, drawn);
         // NaN canonicalisation (SPEC.md §5) for the whole chunk at once: an unordered compare
         // per pair of stored vectors and one test, the blends only when some lane is NaN
         // (it was a compare and a blend per stored vector: on AVX2 the blend is a multi-uop
@@ -446,9 +562,12 @@ macro_rules! each_drawing_stream {
     }};
 }
 
-/// The bits of a group's stochastic paired stores, drawn before the stores
+/// The bits of a group's stochastic paired stores, drawn before the group is computed
 /// ([`Driver::draw_pairs`]): weights, then state slots 0-2; `None` where the buffer draws none.
 type Drawn<V> = [Option<[<V as crate::arch::Simd>::U; 2]>; 4];
+
+/// One chunk's part of [`Drawn`]: the bits of its stores, in the same order.
+pub(super) type ChunkBits<V> = [Option<<V as crate::arch::Simd>::U>; 4];
 
 impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// Which buffers the op stores can round stochastically (their kinds can): weights, then
@@ -468,9 +587,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
 
     /// Whether the stores draw their bits a group at a time, in order ([`Self::draw_pairs`]):
     /// some stored buffer can round stochastically, every such buffer takes the bits drawn for a
-    /// pair of chunks ([`Access::PAIRED_DRAWS`]), the backend draws them without a span cache,
-    /// and `apply` draws none itself. Such layouts run in groups of 2 chunks (whatever the
-    /// weights), the groups in order.
+    /// pair of chunks ([`Access::PAIRED_DRAWS`]), and the backend draws them without a span
+    /// cache. Such layouts run in groups of 2 chunks (whatever the weights), the groups in order.
     const PAIRED_DRAWS: bool = {
         let m = Self::STORED_MAY_DRAW;
         let paired = [
@@ -481,13 +599,26 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         ];
         V::STORE_GROUP == 2
             && RoundingBits::<V>::IN_ORDER
-            && !O::DRAWS_IN_APPLY
             && Self::STORES_MAY_DRAW
             && (!m[0] || paired[0])
             && (!m[1] || paired[1])
             && (!m[2] || paired[2])
             && (!m[3] || paired[3])
     };
+
+    /// Whether the grouped loop takes each pair of chunks in even/odd order
+    /// ([`crate::arch::Simd::load_u16_high_even_odd`]): lane `l` of the first vector holds the
+    /// pair's element `2l`, of the second element `2l + 1`, so that a 16-bit line and its two
+    /// vectors convert with no shuffle, where element order takes one or two per line (on Zen 4
+    /// the shuffles share pipes with the FMAs and AES rounds). Where the backend pairs 16-bit
+    /// lines, every buffer is 16-bit or absent, the op treats each lane alone, and the stores'
+    /// bits, if any, are the driver's own draws ([`Self::PAIRED_DRAWS`]), which it draws in this
+    /// order. Same bits: each element meets the same values and bits as in element order.
+    const EVEN_ODD: bool = V::PAIRED_U16
+        && V::STORE_GROUP == 2
+        && L::EVEN_ODD
+        && O::BY_LANE
+        && (!Self::STORES_MAY_DRAW || Self::PAIRED_DRAWS);
 
     /// Which buffers the op stores round stochastically in this call ([`Self::STORED_MAY_DRAW`]'s
     /// order).
@@ -625,12 +756,59 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         }
     }
 
-    /// The bits of the group `d` is at for every stream whose stores draw them.
+    /// The bits of the group `d` is at for every stream whose stores draw them, in even/odd
+    /// order where the loop takes its chunks so ([`Self::EVEN_ODD`]).
     #[inline(always)]
     unsafe fn draw_pairs(&mut self, d: &PairDraw<V>) -> Drawn<V> {
         let mut drawn = [None; 4];
-        each_drawing_stream!(self, (k, rng) => drawn[k] = Some(unsafe { rng.next_pair(d) }));
+        each_drawing_stream!(self, (k, rng) => drawn[k] = Some(unsafe {
+            if const { Self::EVEN_ODD } {
+                rng.next_pair_even_odd(d)
+            } else {
+                rng.next_pair(d)
+            }
+        }));
         drawn
+    }
+
+    /// The `G` chunks from `off`, for the grouped loop: a pair in even/odd order where
+    /// [`Self::EVEN_ODD`].
+    #[inline(always)]
+    unsafe fn load_g<const G: usize>(&self, off: isize) -> [Vals<V>; G] {
+        unsafe {
+            if const { Self::EVEN_ODD && G == 2 } {
+                load_even_odd::<V, L, O, G>(&self.c, off)
+            } else {
+                load_group::<V, L, O, G>(&self.c, off)
+            }
+        }
+    }
+
+    /// [`store_vals`] for the grouped loop, in even/odd order where [`Self::EVEN_ODD`].
+    #[inline(always)]
+    unsafe fn store_g<const G: usize>(
+        &mut self,
+        vs: [Vals<V>; G],
+        off: isize,
+        e: u64,
+        drawn: Drawn<V>,
+    ) {
+        unsafe {
+            if const { Self::EVEN_ODD && G == 2 } {
+                store_even_odd::<V, L, O, G>(&self.c, vs, off, drawn)
+            } else {
+                store_vals::<V, L, O, G>(self.b, &self.c, vs, off, e, drawn)
+            }
+        }
+    }
+
+    /// [`finish_group`] for the grouped loop, in even/odd order where [`Self::EVEN_ODD`].
+    #[inline(always)]
+    unsafe fn finish_g<const G: usize>(&mut self, mut vs: [Vals<V>; G], off: isize, e: u64) {
+        unsafe {
+            compute_group::<V, L, O, G>(self.op, self.b, &mut vs, e, &[None; 4]);
+            self.store_g::<G>(vs, off, e, [None; 4]);
+        }
     }
 
     /// [`Self::full_run_grouped`]'s loop over one piece.
@@ -653,9 +831,21 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                 } else {
                     None
                 };
-                let mut cur = load_group::<V, L, O, G>(&self.c, off);
+                let mut cur = self.load_g::<G>(off);
+                // A group's bits are drawn two groups ahead of its arithmetic and kept for its
+                // stores (and `apply`, where it rounds values as they will be stored: LAMB), so
+                // that the rounds' latency lies off the loop's path: drawn for the group being
+                // stored, SGD's bf16-SR steps took 1.07-1.11x the time and LAMB, drawing as the
+                // group was computed, 1.02-1.03x (Zen 4, docs/DESIGN.md).
+                let (mut cur_drawn, mut next_drawn) = ([None; 4], [None; 4]);
                 if const { IN_ORDER } {
-                    compute_group::<V, L, O, G>(self.op, self.b, &mut cur, e);
+                    if let Some(d) = draw.as_mut() {
+                        cur_drawn = self.draw_pairs(d);
+                        d.advance();
+                        next_drawn = self.draw_pairs(d);
+                        d.advance();
+                    }
+                    compute_group::<V, L, O, G>(self.op, self.b, &mut cur, e, &cur_drawn);
                 }
                 while e + gl < last {
                     if self.prefetch {
@@ -667,34 +857,37 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                     // one (`draw` is always `Some` here).
                     if const { IN_ORDER } {
                         if let Some(d) = draw.as_mut() {
-                            // This group's bits, drawn before the next group's arithmetic
-                            // (level with drawing them in the stores, on Zen 4).
+                            // The bits of the group two on.
                             let drawn = self.draw_pairs(d);
                             d.advance();
-                            let mut next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
-                            compute_group::<V, L, O, G>(self.op, self.b, &mut next, e + gl);
-                            store_vals::<V, L, O, G>(self.b, &self.c, cur, off, e, drawn);
+                            let mut next = self.load_g::<G>(off + gl as isize);
+                            compute_group::<V, L, O, G>(
+                                self.op,
+                                self.b,
+                                &mut next,
+                                e + gl,
+                                &next_drawn,
+                            );
+                            self.store_g::<G>(cur, off, e, cur_drawn);
+                            (cur_drawn, next_drawn) = (next_drawn, drawn);
                             cur = next;
                         }
                     } else if V::OVERLAP_CHUNKS {
                         // The next group's loads before this group's stores.
-                        let next = load_group::<V, L, O, G>(&self.c, off + gl as isize);
-                        finish_group::<V, L, O, G>(self.op, self.b, &self.c, cur, off, e);
+                        let next = self.load_g::<G>(off + gl as isize);
+                        self.finish_g::<G>(cur, off, e);
                         cur = next;
                     } else {
-                        finish_group::<V, L, O, G>(self.op, self.b, &self.c, cur, off, e);
-                        cur = load_group::<V, L, O, G>(&self.c, off + gl as isize);
+                        self.finish_g::<G>(cur, off, e);
+                        cur = self.load_g::<G>(off + gl as isize);
                     }
                     off += gl as isize;
                     e += gl;
                 }
                 if const { IN_ORDER } {
-                    if let Some(d) = draw.as_ref() {
-                        let drawn = self.draw_pairs(d);
-                        store_vals::<V, L, O, G>(self.b, &self.c, cur, off, e, drawn);
-                    }
+                    self.store_g::<G>(cur, off, e, cur_drawn);
                 } else {
-                    finish_group::<V, L, O, G>(self.op, self.b, &self.c, cur, off, e);
+                    self.finish_g::<G>(cur, off, e);
                 }
                 off += gl as isize;
                 e += gl;

@@ -113,11 +113,18 @@ impl<V: Simd, const KEEP: bool> LambPass1<V, KEEP> {
 impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
     const WRITE_W: bool = false;
     const WRITE_S: [bool; 3] = [true, true, KEEP];
+    const ROUNDS_IN_APPLY: bool = true;
+    const BY_LANE: bool = false;
     const READ_S: [bool; 3] = [true, true, false];
-    const DRAWS_IN_APPLY: bool = true;
 
     #[inline(always)]
-    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64, b: &mut Bufs<V, L>) {
+    unsafe fn apply<L: Layout<V>>(
+        &mut self,
+        v: &mut Vals<V>,
+        e: u64,
+        b: &mut Bufs<V, L>,
+        drawn: ChunkBits<V>,
+    ) {
         unsafe {
             let (mut m, mut vv) =
                 moments::<V>(self.omb1, self.beta2, self.omb2, v.g, v.s[0], v.s[1]);
@@ -128,8 +135,8 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
                 vv = canonicalize::<V>(vv);
             }
             let [r0, r1, _] = &mut b.rng_s;
-            let m_stored = b.s0.as_stored(m, r0, e);
-            let v_stored = b.s1.as_stored(vv, r1, e);
+            let m_stored = b.s0.as_stored(m, r0, e, drawn[1]);
+            let v_stored = b.s1.as_stored(vv, r1, e, drawn[2]);
             // Staged lanes outside the slice hold zeros, so they add +0 to both sums.
             let u = self.k.direction(v.p, m_stored, v_stored);
             self.norms.add(v.p, u, e);
@@ -153,7 +160,13 @@ impl<V: Simd, const KEPT: bool> ElementOp<V> for LambPass2<V, KEPT> {
     const WRITE_S: [bool; 3] = [false; 3];
 
     #[inline(always)]
-    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
+    unsafe fn apply<L: Layout<V>>(
+        &mut self,
+        v: &mut Vals<V>,
+        _e: u64,
+        _b: &mut Bufs<V, L>,
+        _drawn: ChunkBits<V>,
+    ) {
         unsafe {
             let u = if KEPT {
                 v.s[0]

@@ -104,6 +104,10 @@ trait Access<V: Simd>: Copy {
     /// the driver has drawn for the group, where the backend pairs 16-bit stores: bf16 only.
     const PAIRED_DRAWS: bool = false;
 
+    /// Whether the kind loads and stores a pair of chunks in even/odd order
+    /// ([`Access::load_even_odd`]): the 16-bit kinds, and an absent buffer.
+    const EVEN_ODD: bool = false;
+
     /// Whether this buffer's stores draw random bits.
     #[inline(always)]
     fn draws_bits(&self) -> bool {
@@ -135,9 +139,16 @@ trait Access<V: Simd>: Copy {
     /// What reading the buffer back would give after storing `v`, whose NaNs must be canonical
     /// where the kind may be bf16 ([`Access::MAY_DRAW_BITS`]); f32 kinds return `v` as it came.
     /// LAMB, the one user, canonicalises first, once per chunk for both moments: the rounding
-    /// then needs no NaN lanes of its own.
+    /// then needs no NaN lanes of its own. A stochastic rounding takes the bits `drawn` where the
+    /// driver drew them for the chunk's store ([`RoundingBits::next_pair`]), so both see the same.
     #[inline(always)]
-    unsafe fn as_stored(&self, v: V::F, _rng: &mut RoundingBits<V>, _e: u64) -> V::F {
+    unsafe fn as_stored(
+        &self,
+        v: V::F,
+        _rng: &mut RoundingBits<V>,
+        _e: u64,
+        _drawn: Option<V::U>,
+    ) -> V::F {
         v
     }
 
@@ -158,6 +169,21 @@ trait Access<V: Simd>: Copy {
         _drawn: Option<[V::U; 2]>,
     ) {
         unsafe { store_chunks::<V, Self, G>(self, off, vs, rng, e) }
+    }
+
+    /// The two chunks from `off` in even/odd order ([`crate::arch::Simd::load_u16_high_even_odd`]).
+    /// Called only where [`Access::EVEN_ODD`].
+    #[inline(always)]
+    unsafe fn load_even_odd(&self, _off: isize) -> [V::F; 2] {
+        unreachable!("load_even_odd of a kind without EVEN_ODD")
+    }
+
+    /// Stores the two chunks `vs` from `off`, given in even/odd order; a stochastic store takes
+    /// the bits `drawn` for them in the same order (the driver takes this order only where it
+    /// draws the bits). Called only where [`Access::EVEN_ODD`].
+    #[inline(always)]
+    unsafe fn store_even_odd(&self, _off: isize, _vs: [V::F; 2], _drawn: Option<[V::U; 2]>) {
+        unreachable!("store_even_odd of a kind without EVEN_ODD")
     }
 
     /// Prefetches `ahead` bytes past local index `off` (which may lie past the buffer).
@@ -276,6 +302,23 @@ impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
 
 impl<V: Simd> Access<V> for SplitBuf {
     const GROUPED: bool = true;
+    const EVEN_ODD: bool = true;
+
+    #[inline(always)]
+    unsafe fn load_even_odd(&self, off: isize) -> [V::F; 2] {
+        unsafe {
+            let [even, odd] = V::load_split_even_odd(self.0.offset(off), self.1.offset(off));
+            [V::from_bits(even), V::from_bits(odd)]
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store_even_odd(&self, off: isize, vs: [V::F; 2], _drawn: Option<[V::U; 2]>) {
+        unsafe {
+            let bits = [V::to_bits(vs[0]), V::to_bits(vs[1])];
+            V::store_split_even_odd(self.0.offset(off), self.1.offset(off), bits)
+        }
+    }
 
     fn from_buf(b: Option<Buf>) -> Option<Self> {
         match b {
@@ -394,6 +437,29 @@ impl<const R: u8> Bf16Buf<R> {
 impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     const MAY_DRAW_BITS: bool = true;
     const PAIRED_DRAWS: bool = V::PAIRED_U16;
+    const EVEN_ODD: bool = true;
+
+    #[inline(always)]
+    unsafe fn load_even_odd(&self, off: isize) -> [V::F; 2] {
+        unsafe {
+            let [even, odd] = V::load_u16_high_even_odd(self.0.offset(off));
+            [V::from_bits(even), V::from_bits(odd)]
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store_even_odd(&self, off: isize, vs: [V::F; 2], drawn: Option<[V::U; 2]>) {
+        unsafe {
+            debug_assert!(drawn.is_some() || self.rounding() != Rounding::Stochastic);
+            // Zeros for a rounding that takes no bits: `to_bf16_high` reads them only for SR.
+            let r = drawn.unwrap_or([V::splat_u(0); 2]);
+            let high = [
+                self.rounded_high_with::<V>(vs[0], r[0]),
+                self.rounded_high_with::<V>(vs[1], r[1]),
+            ];
+            V::store_u16_high_even_odd(self.0.offset(off), high)
+        }
+    }
 
     #[inline(always)]
     fn draws_bits(&self) -> bool {
@@ -422,9 +488,18 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
 
     /// The top half of what [`Access::store`] stores, with the low half cleared.
     #[inline(always)]
-    unsafe fn as_stored(&self, v: V::F, rng: &mut RoundingBits<V>, e: u64) -> V::F {
+    unsafe fn as_stored(
+        &self,
+        v: V::F,
+        rng: &mut RoundingBits<V>,
+        e: u64,
+        drawn: Option<V::U>,
+    ) -> V::F {
         unsafe {
-            let r = rng.for_rounding::<true>(self.rounding(), e);
+            let r = match drawn {
+                Some(r) => r,
+                None => rng.for_rounding::<true>(self.rounding(), e),
+            };
             let high = to_bf16_high::<V>(V::to_bits(v), self.rounding(), r);
             V::from_bits(V::and_u(high, V::splat_u(0xFFFF_0000)))
         }
@@ -506,6 +581,15 @@ impl<V: Simd> Access<V> for Absent {
     const PRESENT: bool = false;
     const WIDE: bool = true;
     const CANONICAL: bool = false;
+    const EVEN_ODD: bool = true;
+
+    #[inline(always)]
+    unsafe fn load_even_odd(&self, _off: isize) -> [V::F; 2] {
+        unsafe { [V::splat(0.0); 2] }
+    }
+
+    #[inline(always)]
+    unsafe fn store_even_odd(&self, _off: isize, _vs: [V::F; 2], _drawn: Option<[V::U; 2]>) {}
 
     fn from_buf(b: Option<Buf>) -> Option<Self> {
         match b {
@@ -567,12 +651,18 @@ impl<V: Simd> Access<V> for Buf {
     }
 
     #[inline(always)]
-    unsafe fn as_stored(&self, v: V::F, rng: &mut RoundingBits<V>, e: u64) -> V::F {
+    unsafe fn as_stored(
+        &self,
+        v: V::F,
+        rng: &mut RoundingBits<V>,
+        e: u64,
+        drawn: Option<V::U>,
+    ) -> V::F {
         unsafe {
             match *self {
-                Buf::F32(p) => F32Buf::<true>(p).as_stored(v, rng, e),
-                Buf::Split(t, l) => SplitBuf(t, l).as_stored(v, rng, e),
-                Buf::Bf16(p, r) => Bf16Buf::<ANY_ROUNDING>(p, r).as_stored(v, rng, e),
+                Buf::F32(p) => F32Buf::<true>(p).as_stored(v, rng, e, drawn),
+                Buf::Split(t, l) => SplitBuf(t, l).as_stored(v, rng, e, drawn),
+                Buf::Bf16(p, r) => Bf16Buf::<ANY_ROUNDING>(p, r).as_stored(v, rng, e, drawn),
             }
         }
     }
@@ -650,6 +740,14 @@ trait Layout<V: Simd> {
         } else {
             PREFETCH_AHEAD_BYTES
         };
+
+    /// Whether every buffer loads and stores pairs of chunks in even/odd order
+    /// ([`Access::EVEN_ODD`]).
+    const EVEN_ODD: bool = Self::W::EVEN_ODD
+        && Self::G::EVEN_ODD
+        && Self::S0::EVEN_ODD
+        && Self::S1::EVEN_ODD
+        && Self::S2::EVEN_ODD;
 
     /// Whether a buffer the step stores to can round stochastically (see [`Access::MAY_DRAW_BITS`]).
     const MAY_DRAW_BITS: bool = Self::W::MAY_DRAW_BITS
@@ -898,4 +996,4 @@ pub(crate) use adam::adam;
 pub(crate) use lamb::{lamb_pass1, lamb_pass2};
 pub(crate) use sgd::sgd;
 
-use driver::{ElementOp, Vals, decays, drive, neg};
+use driver::{ChunkBits, ElementOp, Vals, decays, drive, neg};

@@ -22,7 +22,13 @@ impl<V: Simd, const PLAIN: bool> ElementOp<V> for SgdOp<V, PLAIN> {
     const WRITE_S: [bool; 3] = [true, false, false];
 
     #[inline(always)]
-    unsafe fn apply<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64, _b: &mut Bufs<V, L>) {
+    unsafe fn apply<L: Layout<V>>(
+        &mut self,
+        v: &mut Vals<V>,
+        _e: u64,
+        _b: &mut Bufs<V, L>,
+        _drawn: ChunkBits<V>,
+    ) {
         unsafe {
             let c = &self.c;
             let mut g = if !PLAIN && c.maximize {
