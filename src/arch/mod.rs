@@ -18,6 +18,25 @@ pub(crate) mod x86_64;
 /// The largest lane count of any backend (AVX-512).
 pub(crate) const MAX_LANES: usize = 16;
 
+/// The lanes of `x` (the first `V::LANES` of the array; the rest zero), for set-up code and
+/// checks, not loops.
+#[inline(always)]
+pub(crate) unsafe fn u32_lanes<V: Simd>(x: V::U) -> [u32; MAX_LANES] {
+    let mut out = [0u32; MAX_LANES];
+    unsafe { V::store(out.as_mut_ptr().cast(), V::from_bits(x)) };
+    out
+}
+
+/// A vector whose lane `l` is `f(l)`, for set-up code and checks, not loops.
+#[inline(always)]
+pub(crate) unsafe fn u32_vector<V: Simd>(f: impl Fn(usize) -> u32) -> V::U {
+    let mut buf = [0u32; MAX_LANES];
+    for (l, x) in buf.iter_mut().enumerate().take(V::LANES) {
+        *x = f(l);
+    }
+    unsafe { V::to_bits(V::load(buf.as_ptr().cast())) }
+}
+
 /// A vector of `LANES` f32 / u32 lanes and the operations the kernels need.
 ///
 /// Semantics are exact and identical on every ISA: IEEE f32 arithmetic with round-to-nearest-even
@@ -257,8 +276,8 @@ pub(crate) trait Simd: Copy + 'static {
 
     /// Whether [`Simd::load_u16_high_pair`] and [`Simd::store_u16_high_pair`] take two consecutive
     /// chunks' bf16 values with one load per line read (AVX-512: a `vpermw` and two unpacks) and
-    /// one store per line written (a two-table `vpermt2w`), so that the optimizers' grouped loops (`STORE_GROUP` 2)
-    /// use them for bf16 buffers. Otherwise those loops keep their own order of loads and stores.
+    /// one store per line written (a two-table `vpermt2w`), so that the optimizers' grouped loops
+    /// (`STORE_GROUP` 2) use them for bf16 buffers. Otherwise those loops keep their own order of loads and stores.
     /// (AVX2 overrides the store alone, which the stochastic bf16 conversion uses; its optimizers
     /// keep the one-chunk forms.)
     const PAIRED_U16: bool = false;
@@ -348,8 +367,7 @@ pub(crate) trait Simd: Copy + 'static {
     #[inline(always)]
     unsafe fn even_odd_halves(w: Self::U) -> [Self::U; 2] {
         unsafe {
-            let mut words = [0u32; MAX_LANES];
-            Self::store(words.as_mut_ptr().cast(), Self::from_bits(w));
+            let words = u32_lanes::<Self>(w);
             let l = Self::LANES;
             let half = |i: usize| {
                 if i < l {
@@ -358,14 +376,9 @@ pub(crate) trait Simd: Copy + 'static {
                     words[i - l] >> 16
                 }
             };
-            let (mut even, mut odd) = ([0u32; MAX_LANES], [0u32; MAX_LANES]);
-            for j in 0..l {
-                even[j] = half(2 * j);
-                odd[j] = half(2 * j + 1);
-            }
             [
-                Self::to_bits(Self::load(even.as_ptr().cast())),
-                Self::to_bits(Self::load(odd.as_ptr().cast())),
+                u32_vector::<Self>(|j| half(2 * j)),
+                u32_vector::<Self>(|j| half(2 * j + 1)),
             ]
         }
     }
@@ -394,25 +407,7 @@ pub(crate) trait Simd: Copy + 'static {
 /// `halfstep::fuzzing::internals` (on every backend: `kernels::bits::checks`).
 #[cfg(feature = "fuzzing")]
 pub(crate) mod checks {
-    use super::{MAX_LANES, Simd};
-
-    /// The lanes of `x`.
-    #[inline(always)]
-    unsafe fn lanes<V: Simd>(x: V::U) -> [u32; MAX_LANES] {
-        let mut out = [0u32; MAX_LANES];
-        unsafe { V::store(out.as_mut_ptr().cast(), V::from_bits(x)) };
-        out
-    }
-
-    /// A vector of `f(l)` in lane `l`.
-    #[inline(always)]
-    unsafe fn vector<V: Simd>(f: impl Fn(usize) -> u32) -> V::U {
-        let mut buf = [0u32; MAX_LANES];
-        for (l, x) in buf.iter_mut().enumerate() {
-            *x = f(l);
-        }
-        unsafe { V::to_bits(V::load(buf.as_ptr().cast())) }
-    }
+    use super::{MAX_LANES, Simd, u32_lanes as lanes, u32_vector as vector};
 
     /// The even/odd forms of a pair of chunks (`Simd::load_u16_high_even_odd` and the others)
     /// against their definition: lane `l` of the first vector is element `2l` of the pair, of
@@ -450,7 +445,7 @@ pub(crate) mod checks {
                 let mut line = [0u16; 2 * MAX_LANES];
                 let pair = [
                     vector::<V>(|l| u32::from(top[2 * l]) << 16 | junk(l)),
-                    vector::<V>(|l| u32::from(top[(2 * l + 1) % n]) << 16 | junk(l + 1)),
+                    vector::<V>(|l| u32::from(top[2 * l + 1]) << 16 | junk(l + 1)),
                 ];
                 V::store_u16_high_even_odd(line.as_mut_ptr(), pair);
                 assert_eq!(line[..n], top[..n], "{name}: bf16 store");
@@ -465,7 +460,7 @@ pub(crate) mod checks {
                 let (mut t, mut r) = ([0u16; 2 * MAX_LANES], [0u16; 2 * MAX_LANES]);
                 let pair = [
                     vector::<V>(|l| both(2 * l)),
-                    vector::<V>(|l| both((2 * l + 1) % n)),
+                    vector::<V>(|l| both(2 * l + 1)),
                 ];
                 V::store_split_even_odd(t.as_mut_ptr(), r.as_mut_ptr(), pair);
                 assert_eq!(t[..n], top[..n], "{name}: split store, tops");

@@ -137,11 +137,7 @@ unsafe fn ars_rounds<V: Simd, const WIDE: bool>(x: &mut [V::U; MAX_RNG_VECTORS],
 /// A vector whose block `i` (lanes `4i .. 4i + 4`) is `f(i)`.
 #[inline(always)]
 unsafe fn per_block<V: Simd>(f: impl Fn(usize) -> [u32; 4]) -> V::U {
-    let mut buf = [0u32; MAX_LANES];
-    for (l, x) in buf.iter_mut().enumerate().take(V::LANES) {
-        *x = f(l / 4)[l % 4];
-    }
-    unsafe { V::to_bits(V::load(buf.as_ptr().cast())) }
+    unsafe { arch::u32_vector::<V>(|l| f(l / 4)[l % 4]) }
 }
 
 impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
@@ -1036,8 +1032,7 @@ pub(crate) mod checks {
                     let mut bits = unsafe { RoundingBits::<V>::new(coord, end, &mut block) };
                     let mut e = first;
                     while e < end {
-                        let mut got = [0u32; MAX_LANES];
-                        unsafe { V::store(got.as_mut_ptr().cast(), V::from_bits(bits.r16(e))) };
+                        let got = unsafe { arch::u32_lanes::<V>(bits.r16(e)) };
                         for (i, got) in got[..V::LANES].iter().enumerate() {
                             let want = u32::from(element_bits(&coord, e + i as u64));
                             assert_eq!(
@@ -1052,8 +1047,9 @@ pub(crate) mod checks {
         }
     }
 
-    /// Runs `$($check)::+::<V>(name)` on every backend this CPU runs, inside its target features (the
-    /// others are skipped with a line on stderr); AVX2 with both forms of the AES rounds.
+    /// Runs the check `$check::<V>(name)` on every backend this CPU runs, inside its target
+    /// features (the others are skipped with a line on stderr); AVX2 with both forms of the AES
+    /// rounds.
     macro_rules! on_every_backend {
         ($($check:ident)::+) => {{
             unsafe { $($check)::+::<crate::arch::portable::Portable>("portable") };

@@ -424,8 +424,7 @@ impl<const R: u8> Bf16Buf<R> {
             #[cfg(debug_assertions)]
             {
                 use crate::reference::round::CANONICAL_NAN_F32;
-                let mut lanes = [0u32; crate::arch::MAX_LANES];
-                V::store(lanes.as_mut_ptr().cast(), v);
+                let lanes = crate::arch::u32_lanes::<V>(V::to_bits(v));
                 let canonical = |x: &u32| !f32::from_bits(*x).is_nan() || *x == CANONICAL_NAN_F32;
                 debug_assert!(lanes[..V::LANES].iter().all(canonical));
             }
