@@ -198,6 +198,30 @@ fn adamw_f32_bf16sr_states(b: Backend) -> Kernel {
     })
 }
 
+/// Split weights, bf16 gradients, bf16-SR moments (10 bytes per parameter): the compiled layout of
+/// the criterion bench's `sr_adamw_split_bf16sr_states`, the package's `weights="split",
+/// states="bf16"`.
+fn adamw_split_bf16sr_states(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (mut top, mut trail, g) = split_weights();
+    let (mut m, mut v) = (vec![bf16::ZERO; N], vec![bf16::ZERO; N]);
+    let cfg = AdamConfig::adamw(1e-3);
+    Box::new(move || {
+        let mut t = AdamTensor {
+            weights: Weights::Split {
+                top: &mut top,
+                trail: &mut trail,
+            },
+            grads: Grads::Bf16(&g),
+            exp_avg: State::Bf16(&mut m, Rounding::Stochastic),
+            exp_avg_sq: State::Bf16(&mut v, Rounding::Stochastic),
+            max_exp_avg_sq: None,
+            stream: TensorStream::new(1),
+        };
+        e.adam_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
 /// The LAMB tensor the LAMB rows step: split weights, bf16 gradients, the moments given.
 fn lamb_tensor<'a>(
     top: &'a mut [bf16],
@@ -376,6 +400,8 @@ fn conversions(mut kernel: Kernel) {
 #[bench::adamw_all_bf16_sr_avx2(args = (Backend::Avx2), setup = adamw_all_bf16_sr)]
 #[bench::adamw_f32_bf16sr_states_portable(args = (Backend::Portable), setup = adamw_f32_bf16sr_states)]
 #[bench::adamw_f32_bf16sr_states_avx2(args = (Backend::Avx2), setup = adamw_f32_bf16sr_states)]
+#[bench::adamw_split_bf16sr_states_portable(args = (Backend::Portable), setup = adamw_split_bf16sr_states)]
+#[bench::adamw_split_bf16sr_states_avx2(args = (Backend::Avx2), setup = adamw_split_bf16sr_states)]
 #[bench::lamb_reference(args = (Backend::Reference), setup = lamb)]
 #[bench::lamb_portable(args = (Backend::Portable), setup = lamb)]
 #[bench::lamb_avx2(args = (Backend::Avx2), setup = lamb)]

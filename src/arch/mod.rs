@@ -306,6 +306,12 @@ pub(crate) trait Simd: Copy + 'static {
     // is one lane of both, so line and vectors convert with shifts, masks and blends and no
     // shuffle. For arithmetic that treats each lane alone, with every buffer in this order.
 
+    /// Whether the optimizers' grouped loops (`STORE_GROUP` 2) take a pair of chunks whose
+    /// buffers are all 16-bit in even/odd order. Element order takes shuffles per line read
+    /// and written (AVX-512: a `vpermw` and two unpacks, a `vpermt2w`; AVX2: a `vpshufb` per
+    /// chunk read, a `vpshufb` and a `vpermq` per chunk written).
+    const EVEN_ODD: bool = false;
+
     /// The f32 bits of the bf16 line at `p`: even elements, then odd (low halves zero).
     #[inline(always)]
     unsafe fn load_u16_high_even_odd(p: *const u16) -> [Self::U; 2] {
@@ -381,6 +387,14 @@ pub(crate) trait Simd: Copy + 'static {
                 u32_vector::<Self>(|j| half(2 * j + 1)),
             ]
         }
+    }
+
+    /// [`Simd::even_odd_halves`] of two chunks' 16-bit values given apart: `a` the first
+    /// chunk's, `b` the second's, each in the low halves of its lanes with the high halves zero
+    /// (as a bits block holds them, `RoundingBits::r16_prepared`).
+    #[inline(always)]
+    unsafe fn even_odd_of_chunks(a: Self::U, b: Self::U) -> [Self::U; 2] {
+        unsafe { Self::even_odd_halves(Self::or_u(a, Self::shl::<16>(b))) }
     }
 
     // ---- 8-bit and 4-bit memory (the low-bit formats)
@@ -472,6 +486,15 @@ pub(crate) mod checks {
                 for l in 0..V::LANES {
                     assert_eq!(even[l], u32::from(top[2 * l]), "{name}: halves even {l}");
                     assert_eq!(odd[l], u32::from(top[2 * l + 1]), "{name}: halves odd {l}");
+                }
+                // The same values given as two chunks (low halves, high halves zero).
+                let a = vector::<V>(|l| u32::from(top[l]));
+                let b = vector::<V>(|l| u32::from(top[V::LANES + l]));
+                let [even, odd] = V::even_odd_of_chunks(a, b);
+                let (even, odd) = (lanes::<V>(even), lanes::<V>(odd));
+                for l in 0..V::LANES {
+                    assert_eq!(even[l], u32::from(top[2 * l]), "{name}: chunks even {l}");
+                    assert_eq!(odd[l], u32::from(top[2 * l + 1]), "{name}: chunks odd {l}");
                 }
             }
         }

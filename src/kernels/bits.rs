@@ -854,6 +854,20 @@ impl<V: Simd> RoundingBits<V> {
         }
     }
 
+    /// [`Self::for_rounding`] (prepared) of the two chunks from `e`, in even/odd order
+    /// ([`crate::arch::Simd::even_odd_of_chunks`]): the bits of the pair's even elements, then of
+    /// its odd ones; zeros unless `rounding` is stochastic.
+    #[inline(always)]
+    pub unsafe fn for_rounding_even_odd(&mut self, rounding: Rounding, e: u64) -> [V::U; 2] {
+        unsafe {
+            if rounding != Rounding::Stochastic {
+                return [V::splat_u(0); 2];
+            }
+            let first = self.r16_prepared(e);
+            V::even_odd_of_chunks(first, self.r16_prepared(e + V::LANES as u64))
+        }
+    }
+
     /// Whether a backend can draw a 32-element group's bits in order, with no span cache
     /// ([`GroupBits::group_word`]): one vector of words per group, rounds inline.
     pub(crate) const IN_ORDER: bool = !V::RNG_BLOCK && GroupBits::<V>::PER_GROUP == 1;

@@ -311,6 +311,23 @@ impl Simd for Avx2 {
         }
     }
 
+    // The even/odd forms of the loads and stores are the generic ones: shifts, masks and ORs,
+    // no shuffle (a `vpblendw` in place of a mask and an OR runs on the shuffle port on Intel).
+    const EVEN_ODD: bool = true;
+    #[inline(always)]
+    unsafe fn even_odd_of_chunks(a: __m256i, b: __m256i) -> [__m256i; 2] {
+        unsafe {
+            // Packed in-lane (quadwords: a 0-3, b 0-3, a 4-7, b 4-7; each value below 2^16, so
+            // the pack's saturation changes none), put in element order by one `vpermq`: each
+            // 32-bit lane then holds an even element's value and the odd one's after it.
+            let x = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, b));
+            [
+                _mm256_and_si256(x, _mm256_set1_epi32(0xFFFF)),
+                _mm256_srli_epi32::<16>(x),
+            ]
+        }
+    }
+
     #[inline(always)]
     unsafe fn load_u8(p: *const u8) -> __m256i {
         unsafe { _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast())) }

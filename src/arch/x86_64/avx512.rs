@@ -244,6 +244,7 @@ impl Simd for Avx512 {
     }
 
     const PAIRED_U16: bool = true;
+    const EVEN_ODD: bool = true;
     #[inline(always)]
     unsafe fn load_u16_high_pair(p: *const u16) -> [__m512i; 2] {
         unsafe {

@@ -175,26 +175,29 @@ unsafe fn load_even_odd<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
 /// the bits `drawn` for them in that order.
 #[inline(always)]
 unsafe fn store_even_odd<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
+    b: &mut Bufs<V, L>,
     c: &ChunkBufs<V, L>,
     vs: [Vals<V>; G],
     off: isize,
+    e: u64,
     drawn: Drawn<V>,
 ) {
     unsafe {
         debug_assert_eq!(G, 2);
-        let (a, b) = (&vs[0], &vs[G - 1]);
+        let (x, y) = (&vs[0], &vs[G - 1]);
+        let [r0, r1, r2] = &mut b.rng_s;
         // In the reverse of the order loaded, as `store_vals`.
         if O::WRITE_S[2] {
-            c.s2.store_even_odd(off, [a.s[2], b.s[2]], drawn[3]);
+            c.s2.store_even_odd(off, [x.s[2], y.s[2]], r2, e, drawn[3]);
         }
         if O::WRITE_S[1] {
-            c.s1.store_even_odd(off, [a.s[1], b.s[1]], drawn[2]);
+            c.s1.store_even_odd(off, [x.s[1], y.s[1]], r1, e, drawn[2]);
         }
         if O::WRITE_S[0] {
-            c.s0.store_even_odd(off, [a.s[0], b.s[0]], drawn[1]);
+            c.s0.store_even_odd(off, [x.s[0], y.s[0]], r0, e, drawn[1]);
         }
         if O::WRITE_W {
-            c.w.store_even_odd(off, [a.p, b.p], drawn[0]);
+            c.w.store_even_odd(off, [x.p, y.p], &mut b.rng_w, e, drawn[0]);
         }
     }
 }
@@ -610,15 +613,17 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// ([`crate::arch::Simd::load_u16_high_even_odd`]): lane `l` of the first vector holds the
     /// pair's element `2l`, of the second element `2l + 1`, so that a 16-bit line and its two
     /// vectors convert with no shuffle, where element order takes one or two per line (on Zen 4
-    /// the shuffles share pipes with the FMAs and AES rounds). Where the backend pairs 16-bit
-    /// lines, every buffer is 16-bit or absent, the op treats each lane alone, and the stores'
-    /// bits, if any, are the driver's own draws ([`Self::PAIRED_DRAWS`]), which it draws in this
-    /// order. Same bits: each element meets the same values and bits as in element order.
-    const EVEN_ODD: bool = V::PAIRED_U16
+    /// the shuffles share pipes with the FMAs and AES rounds). Where the backend takes this
+    /// order ([`crate::arch::Simd::EVEN_ODD`]), every buffer is 16-bit or absent, and the op
+    /// treats each lane alone, and the stores' bits, if any, can follow: drawn in this order by
+    /// the in-order loop ([`Self::PAIRED_DRAWS`]), or two chunks' bits from the block put in it
+    /// (AVX2, [`RoundingBits::for_rounding_even_odd`]). Same bits: each element meets the same
+    /// values and bits as in element order.
+    const EVEN_ODD: bool = V::EVEN_ODD
         && V::STORE_GROUP == 2
         && L::EVEN_ODD
         && O::BY_LANE
-        && (!Self::STORES_MAY_DRAW || Self::PAIRED_DRAWS);
+        && (!Self::STORES_MAY_DRAW || Self::PAIRED_DRAWS || V::RNG_BLOCK);
 
     /// Which buffers the op stores round stochastically in this call ([`Self::STORED_MAY_DRAW`]'s
     /// order).
@@ -795,7 +800,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     ) {
         unsafe {
             if const { Self::EVEN_ODD && G == 2 } {
-                store_even_odd::<V, L, O, G>(&self.c, vs, off, drawn)
+                store_even_odd::<V, L, O, G>(self.b, &self.c, vs, off, e, drawn)
             } else {
                 store_vals::<V, L, O, G>(self.b, &self.c, vs, off, e, drawn)
             }

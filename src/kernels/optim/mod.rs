@@ -178,11 +178,18 @@ trait Access<V: Simd>: Copy {
         unreachable!("load_even_odd of a kind without EVEN_ODD")
     }
 
-    /// Stores the two chunks `vs` from `off`, given in even/odd order; a stochastic store takes
-    /// the bits `drawn` for them in the same order (the driver takes this order only where it
-    /// draws the bits). Called only where [`Access::EVEN_ODD`].
+    /// Stores the two chunks `vs` from `off` (global `e`), given in even/odd order; a stochastic
+    /// store takes the bits `drawn` for them in the same order where the driver drew them, else
+    /// `rng`'s ([`RoundingBits::for_rounding_even_odd`]). Called only where [`Access::EVEN_ODD`].
     #[inline(always)]
-    unsafe fn store_even_odd(&self, _off: isize, _vs: [V::F; 2], _drawn: Option<[V::U; 2]>) {
+    unsafe fn store_even_odd(
+        &self,
+        _off: isize,
+        _vs: [V::F; 2],
+        _rng: &mut RoundingBits<V>,
+        _e: u64,
+        _drawn: Option<[V::U; 2]>,
+    ) {
         unreachable!("store_even_odd of a kind without EVEN_ODD")
     }
 
@@ -313,7 +320,14 @@ impl<V: Simd> Access<V> for SplitBuf {
     }
 
     #[inline(always)]
-    unsafe fn store_even_odd(&self, off: isize, vs: [V::F; 2], _drawn: Option<[V::U; 2]>) {
+    unsafe fn store_even_odd(
+        &self,
+        off: isize,
+        vs: [V::F; 2],
+        _rng: &mut RoundingBits<V>,
+        _e: u64,
+        _drawn: Option<[V::U; 2]>,
+    ) {
         unsafe {
             let bits = [V::to_bits(vs[0]), V::to_bits(vs[1])];
             V::store_split_even_odd(self.0.offset(off), self.1.offset(off), bits)
@@ -447,11 +461,26 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     }
 
     #[inline(always)]
-    unsafe fn store_even_odd(&self, off: isize, vs: [V::F; 2], drawn: Option<[V::U; 2]>) {
+    unsafe fn store_even_odd(
+        &self,
+        off: isize,
+        vs: [V::F; 2],
+        rng: &mut RoundingBits<V>,
+        e: u64,
+        drawn: Option<[V::U; 2]>,
+    ) {
         unsafe {
-            debug_assert!(drawn.is_some() || self.rounding() != Rounding::Stochastic);
-            // Zeros for a rounding that takes no bits: `to_bf16_high` reads them only for SR.
-            let r = drawn.unwrap_or([V::splat_u(0); 2]);
+            // Where the backend draws in blocks (AVX2), the block's; otherwise the driver draws
+            // every stochastic store's bits (`Driver::EVEN_ODD`). Zeros for a rounding that takes
+            // no bits: `to_bf16_high` reads them only for SR.
+            let r = match drawn {
+                Some(r) => r,
+                None if V::RNG_BLOCK => rng.for_rounding_even_odd(self.rounding(), e),
+                None => {
+                    debug_assert!(self.rounding() != Rounding::Stochastic);
+                    [V::splat_u(0); 2]
+                }
+            };
             let high = [
                 self.rounded_high_with::<V>(vs[0], r[0]),
                 self.rounded_high_with::<V>(vs[1], r[1]),
@@ -588,7 +617,15 @@ impl<V: Simd> Access<V> for Absent {
     }
 
     #[inline(always)]
-    unsafe fn store_even_odd(&self, _off: isize, _vs: [V::F; 2], _drawn: Option<[V::U; 2]>) {}
+    unsafe fn store_even_odd(
+        &self,
+        _off: isize,
+        _vs: [V::F; 2],
+        _rng: &mut RoundingBits<V>,
+        _e: u64,
+        _drawn: Option<[V::U; 2]>,
+    ) {
+    }
 
     fn from_buf(b: Option<Buf>) -> Option<Self> {
         match b {
