@@ -312,7 +312,8 @@ impl Simd for Avx2 {
     }
 
     // The even/odd forms of the loads and stores are the generic ones: shifts, masks and ORs,
-    // no shuffle (a `vpblendw` in place of a mask and an OR runs on the shuffle port on Intel).
+    // no shuffle (a `vpblendw` in place of a mask and an OR runs on the shuffle port on Intel,
+    // and ran level on Zen 4).
     const EVEN_ODD: bool = true;
     #[inline(always)]
     unsafe fn even_odd_of_chunks(a: __m256i, b: __m256i) -> [__m256i; 2] {

@@ -614,8 +614,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// pair's element `2l`, of the second element `2l + 1`, so that a 16-bit line and its two
     /// vectors convert with no shuffle, where element order takes one or two per line (on Zen 4
     /// the shuffles share pipes with the FMAs and AES rounds). Where the backend takes this
-    /// order ([`crate::arch::Simd::EVEN_ODD`]), every buffer is 16-bit or absent, and the op
-    /// treats each lane alone, and the stores' bits, if any, can follow: drawn in this order by
+    /// order ([`crate::arch::Simd::EVEN_ODD`]), every buffer is 16-bit or absent, the op treats
+    /// each lane alone, and the stores' bits, if any, can follow: drawn in this order by
     /// the in-order loop ([`Self::PAIRED_DRAWS`]), or two chunks' bits from the block put in it
     /// (AVX2, [`RoundingBits::for_rounding_even_odd`]). Same bits: each element meets the same
     /// values and bits as in element order.
