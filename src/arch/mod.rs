@@ -279,7 +279,7 @@ pub(crate) trait Simd: Copy + 'static {
     /// one store per line written (a two-table `vpermt2w`), so that the optimizers' grouped loops
     /// (`STORE_GROUP` 2) use them for bf16 buffers. Otherwise those loops keep their own order of loads and stores.
     /// (AVX2 overrides the store alone, which the stochastic bf16 conversion uses; its optimizers
-    /// keep the one-chunk forms.)
+    /// keep the one-chunk forms in element order, and take [`Simd::EVEN_ODD`] where they can.)
     const PAIRED_U16: bool = false;
     /// [`Simd::load_u16_high`] of the two chunks from `p`.
     #[inline(always)]
