@@ -121,23 +121,33 @@ fn adagrad(b: Backend) -> Kernel {
     })
 }
 
+/// The Adam tensor the split-weight Adam rows step: split weights, bf16 gradients, the moments
+/// given.
+fn adam_split_tensor<'a>(
+    top: &'a mut [bf16],
+    trail: &'a mut [u16],
+    g: &'a [bf16],
+    exp_avg: State<'a>,
+    exp_avg_sq: State<'a>,
+) -> AdamTensor<'a> {
+    AdamTensor {
+        weights: Weights::Split { top, trail },
+        grads: Grads::Bf16(g),
+        exp_avg,
+        exp_avg_sq,
+        max_exp_avg_sq: None,
+        stream: TensorStream::new(1),
+    }
+}
+
 fn adam(b: Backend) -> Kernel {
     let e = engine(b);
     let (mut top, mut trail, g) = split_weights();
     let (mut m, mut v) = (vec![0f32; N], vec![0f32; N]);
     let cfg = AdamConfig::adam(1e-3);
     Box::new(move || {
-        let mut t = AdamTensor {
-            weights: Weights::Split {
-                top: &mut top,
-                trail: &mut trail,
-            },
-            grads: Grads::Bf16(&g),
-            exp_avg: State::F32(&mut m),
-            exp_avg_sq: State::F32(&mut v),
-            max_exp_avg_sq: None,
-            stream: TensorStream::new(1),
-        };
+        let (m, v) = (State::F32(&mut m), State::F32(&mut v));
+        let mut t = adam_split_tensor(&mut top, &mut trail, &g, m, v);
         e.adam_step(&cfg, &ctx(), &mut t).unwrap();
     })
 }
@@ -207,17 +217,9 @@ fn adamw_split_bf16sr_states(b: Backend) -> Kernel {
     let (mut m, mut v) = (vec![bf16::ZERO; N], vec![bf16::ZERO; N]);
     let cfg = AdamConfig::adamw(1e-3);
     Box::new(move || {
-        let mut t = AdamTensor {
-            weights: Weights::Split {
-                top: &mut top,
-                trail: &mut trail,
-            },
-            grads: Grads::Bf16(&g),
-            exp_avg: State::Bf16(&mut m, Rounding::Stochastic),
-            exp_avg_sq: State::Bf16(&mut v, Rounding::Stochastic),
-            max_exp_avg_sq: None,
-            stream: TensorStream::new(1),
-        };
+        let sr = Rounding::Stochastic;
+        let (m, v) = (State::Bf16(&mut m, sr), State::Bf16(&mut v, sr));
+        let mut t = adam_split_tensor(&mut top, &mut trail, &g, m, v);
         e.adam_step(&cfg, &ctx(), &mut t).unwrap();
     })
 }
