@@ -30,8 +30,13 @@ pub(super) trait ElementOp<V: Simd> {
     const READ_S: [bool; 3] = [true; 3];
     /// Whether every NaN lane of a vector the pass stores is a NaN lane of the new weights too
     /// (each stored value flows into the weights' update through operations that keep a NaN):
-    /// the NaN test of a chunk ([`compute`]) then looks at the weights alone.
+    /// the NaN test of a chunk or group ([`compute`], [`compute_group`]) then looks at the weights
+    /// alone.
     const NAN_REACHES_W: bool = false;
+    /// Whether a group's chunks are all computed before their one NaN test, whose compares pair
+    /// vectors across the chunks ([`compute_group`]), rather than each chunk tested as it is
+    /// computed.
+    const NAN_TEST_PER_GROUP: bool = true;
     /// Whether `apply` rounds values as they will be stored (LAMB's `Access::as_stored`): the
     /// driver then hands it the bits it drew for the chunk's stores (`apply`'s `drawn`).
     const ROUNDS_IN_APPLY: bool = false;
@@ -233,7 +238,8 @@ unsafe fn finish_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
 }
 
 /// [`compute`] on each of `G` consecutive chunks from global `e`, in order, each with its part
-/// of the bits `drawn` for the group's stores.
+/// of the bits `drawn` for the group's stores; with one NaN test for the group where the op
+/// allows ([`ElementOp::NAN_TEST_PER_GROUP`]).
 #[inline(always)]
 unsafe fn compute_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     op: &mut O,
@@ -251,8 +257,35 @@ unsafe fn compute_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
             } else {
                 [None; 4]
             };
-            compute::<V, L, O>(op, b, &mut vs[i], e + (i * V::LANES) as u64, bits);
+            let ei = e + (i * V::LANES) as u64;
+            if const { O::NAN_TEST_PER_GROUP } {
+                op.apply(&mut vs[i], ei, b, bits);
+            } else {
+                compute::<V, L, O>(op, b, &mut vs[i], ei, bits);
+            }
         });
+        if const { O::NAN_TEST_PER_GROUP } {
+            // The group's tested vectors pair across its chunks: a pair of chunks whose weights'
+            // NaNs cover the states' takes one compare where each chunk took one (a compare
+            // takes a cycle of the FMA pipes on Zen 4; docs/DESIGN.md, "NaN canonicalisation").
+            let tested = nan_tested::<V, L, O>();
+            let mut acc = NanAcc::<V> {
+                mask: None,
+                pending: None,
+            };
+            unrolled!(G, i => {
+                let v = &vs[i];
+                acc.push(tested[0], v.s[0]);
+                acc.push(tested[1], v.s[1]);
+                acc.push(tested[2], v.s[2]);
+                acc.push(tested[3], v.p);
+            });
+            if acc.any() {
+                unrolled!(G, i => {
+                    canonicalize_stored::<V, L, O>(&mut vs[i]);
+                });
+            }
+        }
     }
 }
 
@@ -330,36 +363,49 @@ unsafe fn compute<V: Simd, L: Layout<V>, O: ElementOp<V>>(
 ) {
     unsafe {
         op.apply(v, e, b, drawn);
-        // NaN canonicalisation (SPEC.md §5) for the whole chunk at once: an unordered compare
-        // per pair of stored vectors and one test, the blends only when some lane is NaN
-        // (it was a compare and a blend per stored vector: on AVX2 the blend is a multi-uop
-        // `vblendvps`, on Sapphire Rapids' AVX-512 both take one of the two ports that run 512-bit uops).
-        let canon = [
-            O::WRITE_S[0] && L::S0::CANONICAL,
-            O::WRITE_S[1] && L::S1::CANONICAL,
-            O::WRITE_S[2] && L::S2::CANONICAL,
-            O::WRITE_W && L::W::CANONICAL,
-        ];
-        // One compare where the weights' NaNs cover the states' (Adam: three stored vectors
-        // took two compares; each takes one of the two pipes the FMAs use on Zen 4).
-        let tested = if O::NAN_REACHES_W && canon[3] {
-            [false, false, false, true]
-        } else {
-            canon
-        };
-        if any_nan::<V>(tested, [v.s[0], v.s[1], v.s[2], v.p]) {
-            if canon[0] {
-                v.s[0] = canonicalize::<V>(v.s[0]);
-            }
-            if canon[1] {
-                v.s[1] = canonicalize::<V>(v.s[1]);
-            }
-            if canon[2] {
-                v.s[2] = canonicalize::<V>(v.s[2]);
-            }
-            if canon[3] {
-                v.p = canonicalize::<V>(v.p);
-            }
+        if any_nan::<V>(nan_tested::<V, L, O>(), [v.s[0], v.s[1], v.s[2], v.p]) {
+            canonicalize_stored::<V, L, O>(v);
+        }
+    }
+}
+
+/// Which of a chunk's stored vectors (states 0-2, weights) the NaN test of SPEC.md §5's
+/// canonicalisation looks at: an unordered compare per pair of them and one test for the whole
+/// chunk or group, the blends only when some lane is NaN (it was a compare and a blend per
+/// stored vector: on AVX2 the blend is a multi-uop `vblendvps`, on Sapphire Rapids' AVX-512 both
+/// take one of the two ports that run 512-bit uops). The weights alone where their NaNs cover
+/// the states' (Adam: three stored vectors took two compares; each takes one of the two pipes
+/// the FMAs use on Zen 4).
+#[inline(always)]
+const fn nan_tested<V: Simd, L: Layout<V>, O: ElementOp<V>>() -> [bool; 4] {
+    let canon = [
+        O::WRITE_S[0] && L::S0::CANONICAL,
+        O::WRITE_S[1] && L::S1::CANONICAL,
+        O::WRITE_S[2] && L::S2::CANONICAL,
+        O::WRITE_W && L::W::CANONICAL,
+    ];
+    if O::NAN_REACHES_W && canon[3] {
+        [false, false, false, true]
+    } else {
+        canon
+    }
+}
+
+/// Canonicalises the NaN lanes of every vector of `v` that `O` stores to a canonicalising kind.
+#[inline(always)]
+unsafe fn canonicalize_stored<V: Simd, L: Layout<V>, O: ElementOp<V>>(v: &mut Vals<V>) {
+    unsafe {
+        if O::WRITE_S[0] && L::S0::CANONICAL {
+            v.s[0] = canonicalize::<V>(v.s[0]);
+        }
+        if O::WRITE_S[1] && L::S1::CANONICAL {
+            v.s[1] = canonicalize::<V>(v.s[1]);
+        }
+        if O::WRITE_S[2] && L::S2::CANONICAL {
+            v.s[2] = canonicalize::<V>(v.s[2]);
+        }
+        if O::WRITE_W && L::W::CANONICAL {
+            v.p = canonicalize::<V>(v.p);
         }
     }
 }
@@ -378,13 +424,7 @@ unsafe fn any_nan<V: Simd>(on: [bool; 4], xs: [V::F; 4]) -> bool {
         acc.push(on[1], xs[1]);
         acc.push(on[2], xs[2]);
         acc.push(on[3], xs[3]);
-        if let Some(y) = acc.pending {
-            acc.or(V::is_nan(y));
-        }
-        match acc.mask {
-            Some(m) => V::any(m),
-            None => false,
-        }
+        acc.any()
     }
 }
 
@@ -401,6 +441,20 @@ impl<V: Simd> NanAcc<V> {
             match self.pending.take() {
                 Some(y) => unsafe { self.or(V::is_nan2(y, x)) },
                 None => self.pending = Some(x),
+            }
+        }
+    }
+
+    /// Whether any lane of the vectors pushed is NaN.
+    #[inline(always)]
+    unsafe fn any(mut self) -> bool {
+        unsafe {
+            if let Some(y) = self.pending {
+                self.or(V::is_nan(y));
+            }
+            match self.mask {
+                Some(m) => V::any(m),
+                None => false,
             }
         }
     }

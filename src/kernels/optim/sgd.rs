@@ -20,6 +20,9 @@ struct SgdOp<V: Simd, const PLAIN: bool> {
 impl<V: Simd, const PLAIN: bool> ElementOp<V> for SgdOp<V, PLAIN> {
     const WRITE_W: bool = true;
     const WRITE_S: [bool; 3] = [true, false, false];
+    // A NaN momentum buffer reaches the weights' FMA through `g` (Nesterov's FMA keeps it, and
+    // the buffer is present only with `momentum != 0`), and `-lr * NaN` is NaN for any `lr`.
+    const NAN_REACHES_W: bool = true;
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(
