@@ -486,6 +486,12 @@ fn sgd_configs() -> Vec<SgdConfig> {
             ..d
         },
         SgdConfig {
+            lr: 0.01,
+            momentum: 0.8,
+            dampening: 0.5,
+            ..d
+        },
+        SgdConfig {
             lr: 3e38,
             momentum: 1.0,
             dampening: 1.0,
