@@ -269,16 +269,9 @@ unsafe fn compute_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
             // NaNs cover the states' takes one compare where each chunk took one (a compare
             // takes a cycle of the FMA pipes on Zen 4; docs/DESIGN.md, "NaN canonicalisation").
             let tested = nan_tested::<V, L, O>();
-            let mut acc = NanAcc::<V> {
-                mask: None,
-                pending: None,
-            };
+            let mut acc = NanAcc::<V>::new();
             unrolled!(G, i => {
-                let v = &vs[i];
-                acc.push(tested[0], v.s[0]);
-                acc.push(tested[1], v.s[1]);
-                acc.push(tested[2], v.s[2]);
-                acc.push(tested[3], v.p);
+                acc.push_stored(tested, &vs[i]);
             });
             if acc.any() {
                 unrolled!(G, i => {
@@ -302,7 +295,7 @@ unsafe fn store_vals<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
 ) {
     unsafe {
         let [r0, r1, r2] = &mut b.rng_s;
-        // Gathered per buffer (no closures: see `any_nan`), and stored in the reverse of the
+        // Gathered per buffer (no closures: see `NanAcc::push_stored`), and stored in the reverse of the
         // order loaded: of two buffers whose lines collide, the one loaded last is the one in
         // L1, so it is stored first.
         let mut x = [V::splat(0.0); G];
@@ -333,7 +326,7 @@ unsafe fn store_vals<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     }
 }
 
-/// Chunk `i`'s part of a group's bits `drawn` (none past a pair). No closures: see `any_nan`.
+/// Chunk `i`'s part of a group's bits `drawn` (none past a pair). No closures: see `NanAcc::push_stored`.
 #[inline(always)]
 fn chunk_bits<V: Simd>(drawn: &Drawn<V>, i: usize) -> ChunkBits<V> {
     #[inline(always)]
@@ -363,7 +356,9 @@ unsafe fn compute<V: Simd, L: Layout<V>, O: ElementOp<V>>(
 ) {
     unsafe {
         op.apply(v, e, b, drawn);
-        if any_nan::<V>(nan_tested::<V, L, O>(), [v.s[0], v.s[1], v.s[2], v.p]) {
+        let mut acc = NanAcc::<V>::new();
+        acc.push_stored(nan_tested::<V, L, O>(), v);
+        if acc.any() {
             canonicalize_stored::<V, L, O>(v);
         }
     }
@@ -410,31 +405,34 @@ unsafe fn canonicalize_stored<V: Simd, L: Layout<V>, O: ElementOp<V>>(v: &mut Va
     }
 }
 
-/// Whether any lane of the vectors `xs[i]` with `on[i]` is NaN (`on` is known at compile time).
-/// Straight-line calls, no loop or closure: LLVM kept a loop over the four in memory, and a
-/// closure would be compiled without the entry point's target features.
-#[inline(always)]
-unsafe fn any_nan<V: Simd>(on: [bool; 4], xs: [V::F; 4]) -> bool {
-    unsafe {
-        let mut acc = NanAcc::<V> {
-            mask: None,
-            pending: None,
-        };
-        acc.push(on[0], xs[0]);
-        acc.push(on[1], xs[1]);
-        acc.push(on[2], xs[2]);
-        acc.push(on[3], xs[3]);
-        acc.any()
-    }
-}
-
-/// [`any_nan`]'s running mask, and a vector waiting for a partner (a compare takes two).
+/// A NaN test's running mask, and a vector waiting for a partner (a compare takes two).
 struct NanAcc<V: Simd> {
     mask: Option<V::M>,
     pending: Option<V::F>,
 }
 
 impl<V: Simd> NanAcc<V> {
+    #[inline(always)]
+    fn new() -> Self {
+        NanAcc {
+            mask: None,
+            pending: None,
+        }
+    }
+
+    /// Pushes the stored vectors of `v` that `tested` names (states 0-2, weights; known at
+    /// compile time). Straight-line calls, no loop or closure: LLVM kept a loop over the four in
+    /// memory, and a closure would be compiled without the entry point's target features.
+    #[inline(always)]
+    unsafe fn push_stored(&mut self, tested: [bool; 4], v: &Vals<V>) {
+        unsafe {
+            self.push(tested[0], v.s[0]);
+            self.push(tested[1], v.s[1]);
+            self.push(tested[2], v.s[2]);
+            self.push(tested[3], v.p);
+        }
+    }
+
     #[inline(always)]
     unsafe fn push(&mut self, on: bool, x: V::F) {
         if on {
@@ -594,7 +592,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
 
 /// Runs `$body` with `$rng` bound to the random bits of each stream that the op's stores draw
 /// from (`Driver::drawing`) and `$k` to its place in [`Drawn`] (weights, then state slots 0-2),
-/// inside a `Driver` method. A macro, not a closure (see `any_nan`) nor a loop over the streams,
+/// inside a `Driver` method. A macro, not a closure (see `NanAcc::push_stored`) nor a loop over the streams,
 /// which changed AVX2's code (gungraun: Adam +2.3%).
 macro_rules! each_drawing_stream {
     ($d:expr, ($k:ident, $rng:ident) => $body:expr) => {{
