@@ -250,22 +250,28 @@ _PAGE = 4096
 # Where in a page each state starts: `_SLOTS[name] * _SLOT_BYTES` past its parameter's offset there.
 _SLOT_BYTES = 768
 _SLOTS = {"momentum_buffer": 1, "sum": 1, "exp_avg": 1, "exp_avg_sq": 2, "max_exp_avg_sq": 3, "trail": 4}
+# From this size on, a state also starts `_SLOTS[name]` pages into its allocation.
+_STAGGER_BYTES = 4 << 20
 
 
 def _state_like(p, fill, dtype, name):
     """A new tensor of `p`'s shape and `dtype`, filled with `fill` (a number, or a tensor to copy),
     whose data starts `_SLOTS[name] * _SLOT_BYTES` bytes past `p`'s offset within a 4 KiB page
-    (a view into an allocation one page longer).
+    (a view into an allocation one page longer), and from `_STAGGER_BYTES` on also `_SLOTS[name]`
+    whole pages further into an allocation that many pages longer still.
 
     Why: buffers a few cache lines apart modulo 1 MiB (consecutive heap allocations often are) made
     steps 2-3x slower on Sapphire Rapids, and two buffers at the same offset in a page can evict
-    each other from AMD Zen's L1 (its "µtag"); 768 bytes apart modulo 4 KiB, neither happens
+    each other from AMD Zen's L1 (its "µtag"); 768 bytes apart modulo 4 KiB, neither happens. Large
+    states of equal size, mapped one after another, also lie at equal distances, which cost the
+    bf16-state steps at 64M elements up to 1.25x on Zen 4; a page more per slot ends it
     (docs/DESIGN.md, "PyTorch package"). `state_dict()` saves compact copies."""
     n = p.numel()
-    pad = _PAGE // torch.empty((), dtype=dtype).element_size()
-    buf = torch.empty(n + pad, dtype=dtype)
+    size = torch.empty((), dtype=dtype).element_size()
+    extra = _SLOTS[name] * _PAGE if n * size >= _STAGGER_BYTES else 0
+    buf = torch.empty(n + (_PAGE + extra) // size, dtype=dtype)
     want = p.data_ptr() + _SLOTS[name] * _SLOT_BYTES
-    start = (want - buf.data_ptr()) % _PAGE // buf.element_size()
+    start = ((want - buf.data_ptr()) % _PAGE + extra) // size
     t = buf[start:start + n].view(p.shape)
     if isinstance(fill, torch.Tensor):
         t.copy_(fill.reshape(p.shape))

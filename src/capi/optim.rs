@@ -28,8 +28,11 @@ pub struct hs_buffer {
 ///
 /// Placement (speed only, never the bits): start each state buffer (and the trails) at its own
 /// multiple of 768 bytes past its weights' offset within a 4 KiB page, as the PyTorch package
-/// does (the k-th at k * 768). Buffers a few cache lines apart modulo 1 MiB, or at the same offset
-/// in a page on AMD Zen, contend for the same cache sets (docs/DESIGN.md, "PyTorch package").
+/// does (the k-th at k * 768), and from 4 MiB on also k whole pages into a buffer k pages
+/// longer. Buffers a few cache lines apart modulo 1 MiB, or at the same offset in a page on AMD
+/// Zen, contend for the same cache sets; large buffers of one size mapped one after another lie
+/// at equal distances, which slowed bf16-state steps at 64M elements on Zen 4 (docs/DESIGN.md,
+/// "PyTorch package").
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hs_tensor {
