@@ -20,6 +20,10 @@ use halfstep::{
 use std::hint::black_box;
 use std::time::Duration;
 
+#[path = "support/placed.rs"]
+mod placed;
+use placed::Placed;
+
 fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
     match std::env::var(name) {
         Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
@@ -181,49 +185,6 @@ fn stream(base: u64) -> TensorStream {
 
 fn data(n: usize) -> Vec<f32> {
     (0..n).map(|i| ((i as f32) * 0.618).sin()).collect()
-}
-
-/// A buffer placed as the PyTorch package places a state (`_state_like`): `slot × 768` bytes past
-/// the weights' offset within a 4 KiB page and, from 4 MiB on, `slot` whole pages into an
-/// allocation that many pages longer. Why: buffers allocated one after another lie at one offset in
-/// a page and, when large, at equal distances, which the package avoids; allocated so, the
-/// bf16-state rows at 64M elements took 1.7-3.6x the time on the Zen 4 VM (docs/DESIGN.md,
-/// "PyTorch package").
-struct Placed<T> {
-    buf: Vec<T>,
-    start: usize,
-    n: usize,
-}
-
-impl<T: Copy> Placed<T> {
-    fn new<W>(weights: &[W], n: usize, fill: T, slot: usize) -> Self {
-        const PAGE: usize = 4096;
-        let size = std::mem::size_of::<T>();
-        let extra = if n * size >= 4 << 20 { slot * PAGE } else { 0 };
-        let buf = vec![fill; n + (PAGE + extra) / size];
-        let want = weights.as_ptr() as usize + slot * 768;
-        let start = ((want.wrapping_sub(buf.as_ptr() as usize)) % PAGE + extra) / size;
-        Placed { buf, start, n }
-    }
-
-    fn copy_of<W>(weights: &[W], src: &[T], slot: usize) -> Self {
-        let mut p = Self::new(weights, src.len(), src[0], slot);
-        p.copy_from_slice(src);
-        p
-    }
-}
-
-impl<T> std::ops::Deref for Placed<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        &self.buf[self.start..self.start + self.n]
-    }
-}
-
-impl<T> std::ops::DerefMut for Placed<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        &mut self.buf[self.start..self.start + self.n]
-    }
 }
 
 /// IPEX-style model state: split weights (top, trail) and bf16 gradients.
@@ -507,7 +468,7 @@ fn quantizers(c: &mut Criterion) {
 /// with IPEX's split weights and f32 states (`split`, the exact-f32 baseline), split weights and
 /// bf16 states rounded stochastically (`split_bf16sr_states`), or bf16 weights rounded
 /// stochastically and f32 states (`bf16sr_weights`). SGD with momentum, Adagrad, AdamW, LAMB.
-/// The states and trails are [`Placed`] as the PyTorch package places them.
+/// The states and trails are placed as the PyTorch package places them ([`Placed::state_of`]).
 fn sr_costs(c: &mut Criterion) {
     let ctx = StepContext::new(7, 3);
     for opt in ["sgd", "adagrad", "adamw", "lamb"] {
@@ -528,16 +489,19 @@ fn sr_costs(c: &mut Criterion) {
             let write = wb + states * sb;
             group(c, &format!("sr_{opt}_{storage}"), read, write, |n, base| {
                 let stream = stream(base);
-                let (mut top, trail, g) = split_model(n);
+                let (mut top, trail16, g) = split_model(n);
                 let mut w16 = top.clone();
-                let mut trail = Placed::copy_of(&top, &trail, 4);
+                // Placed as the PyTorch package places them: allocated one after another, the
+                // bf16-state rows at 64M elements took 1.7-3.6x the time on the Zen 4 VM.
+                let mut trail = Placed::state_of(&top, 0u16, n, 4);
+                trail.copy_from_slice(&trail16);
                 let (mut a32, mut b32) = (
-                    Placed::new(&top, n, 0.1f32, 1),
-                    Placed::new(&top, n, 0.1f32, 2),
+                    Placed::state_of(&top, 0.1f32, n, 1),
+                    Placed::state_of(&top, 0.1f32, n, 2),
                 );
                 let (mut a16, mut b16) = (
-                    Placed::new(&top, n, bf16::from_f32(0.1), 1),
-                    Placed::new(&top, n, bf16::from_f32(0.1), 2),
+                    Placed::state_of(&top, bf16::from_f32(0.1), n, 1),
+                    Placed::state_of(&top, bf16::from_f32(0.1), n, 2),
                 );
                 let bf16_states = storage == "split_bf16sr_states";
                 let bf16_weights = storage == "bf16sr_weights";

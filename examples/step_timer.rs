@@ -22,6 +22,10 @@ use halfstep::{
 };
 use std::time::Instant;
 
+#[path = "../benches/support/placed.rs"]
+mod placed_buffers;
+use placed_buffers::Placed;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let usage = "usage: step_timer <sgd|adagrad|adam|lamb|sgd_f32|adagrad_f32|adam_f32|adamw_f32> \
@@ -68,21 +72,15 @@ fn main() {
     let w: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.618).sin() * 0.02).collect();
     let g32v: Vec<f32> = w.iter().map(|x| x * 0.05).collect();
     let g16v: Vec<bf16> = g32v.iter().map(|&x| bf16::from_f32(x)).collect();
-    let (mut top, mut trail) = (
-        Placed::new(bf16::ZERO, n, at(0)),
-        Placed::new(0u16, n, at(4)),
-    );
+    let (mut top, mut trail) = (placed(bf16::ZERO, n, at(0)), placed(0u16, n, at(4)));
     halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
-    let (mut g32, mut g16) = (
-        Placed::new(0f32, n, at(1)),
-        Placed::new(bf16::ZERO, n, at(1)),
-    );
+    let (mut g32, mut g16) = (placed(0f32, n, at(1)), placed(bf16::ZERO, n, at(1)));
     g32.copy_from_slice(&g32v);
     g16.copy_from_slice(&g16v);
     let (g32, g16) = (&*g32, &*g16);
-    let mut w32 = Placed::new(0f32, n, at(0));
+    let mut w32 = placed(0f32, n, at(0));
     w32.copy_from_slice(&w);
-    let (mut s0, mut s1) = (Placed::new(0f32, n, at(2)), Placed::new(0f32, n, at(3)));
+    let (mut s0, mut s1) = (placed(0f32, n, at(2)), placed(0f32, n, at(3)));
     if std::env::var_os("STEP_TIMER_ADDRESSES").is_some() {
         for (name, p) in [
             ("top", top.as_ptr() as usize),
@@ -197,38 +195,11 @@ enum Place {
     InPage(usize),
 }
 
-/// `n` elements starting at a chosen [`Place`], inside an over-allocated `Vec`.
-struct Placed<T> {
-    v: Vec<T>,
-    start: usize,
-    n: usize,
-}
-
-impl<T: Copy> Placed<T> {
-    fn new(x: T, n: usize, place: Place) -> Placed<T> {
-        let size = std::mem::size_of::<T>();
-        let (align, offset) = match place {
-            Place::PastLine(b) => (64, b),
-            Place::InPage(b) => (4096, b),
-        };
-        assert!(offset.is_multiple_of(size) && offset < align);
-        let v = vec![x; n + 2 * align / size];
-        let misalign = v.as_ptr() as usize % align;
-        let start = ((align - misalign) % align + offset) / size;
-        Placed { v, start, n }
-    }
-}
-
-impl<T> std::ops::Deref for Placed<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        &self.v[self.start..self.start + self.n]
-    }
-}
-
-impl<T> std::ops::DerefMut for Placed<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        &mut self.v[self.start..self.start + self.n]
+/// `n` copies of `x` starting at `place`.
+fn placed<T: Copy>(x: T, n: usize, place: Place) -> Placed<T> {
+    match place {
+        Place::PastLine(b) => Placed::at(x, n, 64, b, 0),
+        Place::InPage(b) => Placed::at(x, n, 4096, b, 0),
     }
 }
 
