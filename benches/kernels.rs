@@ -3,7 +3,8 @@
 //! the bytes the kernel must move) run the same way: the roof. Throughput is reported in elements
 //! and bytes; bytes per element are also in the group name. On `t` threads the tensor is cut into
 //! `t` equal pieces (whole RNG groups and fp4 blocks, each with its own index base, as the
-//! parallel driver cuts it) stepped at once on a pool of `t` threads.
+//! parallel driver cuts it) stepped at once on a pool of `t` threads. The optimizer steps' states
+//! and trails are placed as the PyTorch package places them (`Placed::state_of`).
 //!
 //! `cargo bench --bench kernels` (all), or filter: `cargo bench --bench kernels -- 'adam.*/1Mx'`.
 //! Environment: `HALFSTEP_BENCH_SIZES=65536,1048576` (elements), `HALFSTEP_BENCH_THREADS=1,2`,
@@ -188,9 +189,10 @@ fn data(n: usize) -> Vec<f32> {
 }
 
 /// IPEX-style model state: split weights (top, trail) and bf16 gradients.
-fn split_model(n: usize) -> (Vec<bf16>, Vec<u16>, Vec<bf16>) {
+fn split_model(n: usize) -> (Vec<bf16>, Placed<u16>, Vec<bf16>) {
     let w = data(n);
-    let (mut top, mut trail) = (vec![bf16::ZERO; n], vec![0u16; n]);
+    let mut top = vec![bf16::ZERO; n];
+    let mut trail = Placed::state_of(&top, 0u16, n, 4);
     halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
     let g = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
     (top, trail, g)
@@ -232,7 +234,7 @@ fn benches(c: &mut Criterion) {
     group(c, "sgd_split_bf16grad_f32momentum", 10, 8, |n, base| {
         let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
-        let mut m = vec![0f32; n];
+        let mut m = Placed::state_of(&top, 0f32, n, 1);
         let cfg = SgdConfig {
             lr: 1e-3,
             momentum: 0.9,
@@ -258,7 +260,7 @@ fn benches(c: &mut Criterion) {
     group(c, "adagrad_split_bf16grad_f32sum", 10, 8, |n, base| {
         let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
-        let mut s = vec![0.1f32; n];
+        let mut s = Placed::state_of(&top, 0.1f32, n, 1);
         let cfg = AdagradConfig::default();
         Box::new(move |e: Engine| {
             e.adagrad_step(
@@ -280,7 +282,10 @@ fn benches(c: &mut Criterion) {
     group(c, "adam_split_bf16grad_f32state", 14, 12, |n, base| {
         let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
-        let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
+        let (mut m, mut v) = (
+            Placed::state_of(&top, 0f32, n, 1),
+            Placed::state_of(&top, 0f32, n, 2),
+        );
         let cfg = AdamConfig::adam(1e-3);
         Box::new(move |e: Engine| {
             e.adam_step(
@@ -305,7 +310,10 @@ fn benches(c: &mut Criterion) {
     group(c, "adamw_f32", 16, 12, |n, base| {
         let stream = stream(base);
         let (mut w, g) = (data(n), data(n));
-        let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
+        let (mut m, mut v) = (
+            Placed::state_of(&w, 0f32, n, 1),
+            Placed::state_of(&w, 0f32, n, 2),
+        );
         let cfg = AdamConfig::adamw(1e-3);
         Box::new(move |e: Engine| {
             e.adam_step(
@@ -327,7 +335,10 @@ fn benches(c: &mut Criterion) {
     group(c, "adamw_f32_bf16sr_states", 12, 8, |n, base| {
         let stream = stream(base);
         let (mut w, g) = (data(n), data(n));
-        let (mut m, mut v) = (vec![bf16::ZERO; n], vec![bf16::ZERO; n]);
+        let (mut m, mut v) = (
+            Placed::state_of(&w, bf16::ZERO, n, 1),
+            Placed::state_of(&w, bf16::ZERO, n, 2),
+        );
         let cfg = AdamConfig::adamw(1e-3);
         Box::new(move |e: Engine| {
             e.adam_step(
@@ -356,7 +367,10 @@ fn benches(c: &mut Criterion) {
             let w = data(n);
             let mut wb: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x)).collect();
             let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
-            let (mut m, mut v) = (vec![bf16::ZERO; n], vec![bf16::ZERO; n]);
+            let (mut m, mut v) = (
+                Placed::state_of(&wb, bf16::ZERO, n, 1),
+                Placed::state_of(&wb, bf16::ZERO, n, 2),
+            );
             let cfg = AdamConfig::adamw(1e-3);
             Box::new(move |e: Engine| {
                 e.adam_step(
@@ -379,7 +393,10 @@ fn benches(c: &mut Criterion) {
     group(c, "lamb_split_bf16grad_f32state", 28, 12, |n, base| {
         let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
-        let (mut m, mut v) = (vec![0f32; n], vec![0f32; n]);
+        let (mut m, mut v) = (
+            Placed::state_of(&top, 0f32, n, 1),
+            Placed::state_of(&top, 0f32, n, 2),
+        );
         let cfg = LambConfig::default();
         Box::new(move |e: Engine| {
             e.lamb_step(
@@ -468,7 +485,6 @@ fn quantizers(c: &mut Criterion) {
 /// with IPEX's split weights and f32 states (`split`, the exact-f32 baseline), split weights and
 /// bf16 states rounded stochastically (`split_bf16sr_states`), or bf16 weights rounded
 /// stochastically and f32 states (`bf16sr_weights`). SGD with momentum, Adagrad, AdamW, LAMB.
-/// The states and trails are placed as the PyTorch package places them ([`Placed::state_of`]).
 fn sr_costs(c: &mut Criterion) {
     let ctx = StepContext::new(7, 3);
     for opt in ["sgd", "adagrad", "adamw", "lamb"] {
@@ -489,12 +505,10 @@ fn sr_costs(c: &mut Criterion) {
             let write = wb + states * sb;
             group(c, &format!("sr_{opt}_{storage}"), read, write, |n, base| {
                 let stream = stream(base);
-                let (mut top, trail16, g) = split_model(n);
+                let (mut top, mut trail, g) = split_model(n);
                 let mut w16 = top.clone();
                 // Placed as the PyTorch package places them: allocated one after another, the
                 // bf16-state rows at 64M elements took 1.7-3.6x the time on the Zen 4 VM.
-                let mut trail = Placed::state_of(&top, 0u16, n, 4);
-                trail.copy_from_slice(&trail16);
                 let (mut a32, mut b32) = (
                     Placed::state_of(&top, 0.1f32, n, 1),
                     Placed::state_of(&top, 0.1f32, n, 2),
