@@ -267,7 +267,7 @@ def _state_like(p, fill, dtype, name):
     bf16-state steps at 64M elements up to 1.25x on Zen 4; a page more per slot ends it
     (docs/DESIGN.md, "PyTorch package"). `state_dict()` saves compact copies."""
     n = p.numel()
-    size = torch.empty((), dtype=dtype).element_size()
+    size = _ELEMENT_BYTES[dtype]
     extra = _SLOTS[name] * _PAGE if n * size >= _STAGGER_BYTES else 0
     buf = torch.empty(n + (_PAGE + extra) // size, dtype=dtype)
     want = p.data_ptr() + _SLOTS[name] * _SLOT_BYTES

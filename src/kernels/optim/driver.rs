@@ -295,9 +295,9 @@ unsafe fn store_vals<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
 ) {
     unsafe {
         let [r0, r1, r2] = &mut b.rng_s;
-        // Gathered per buffer (no closures: see `NanAcc::push_stored`), and stored in the reverse of the
-        // order loaded: of two buffers whose lines collide, the one loaded last is the one in
-        // L1, so it is stored first.
+        // Gathered per buffer (no closures: see `NanAcc::push_stored`), and stored in the reverse
+        // of the order loaded: of two buffers whose lines collide, the one loaded last is the one
+        // in L1, so it is stored first.
         let mut x = [V::splat(0.0); G];
         if O::WRITE_S[2] {
             unrolled!(G, i => {
@@ -326,7 +326,8 @@ unsafe fn store_vals<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     }
 }
 
-/// Chunk `i`'s part of a group's bits `drawn` (none past a pair). No closures: see `NanAcc::push_stored`.
+/// Chunk `i`'s part of a group's bits `drawn` (none past a pair). No closures: see
+/// `NanAcc::push_stored`.
 #[inline(always)]
 fn chunk_bits<V: Simd>(drawn: &Drawn<V>, i: usize) -> ChunkBits<V> {
     #[inline(always)]
@@ -592,8 +593,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
 
 /// Runs `$body` with `$rng` bound to the random bits of each stream that the op's stores draw
 /// from (`Driver::drawing`) and `$k` to its place in [`Drawn`] (weights, then state slots 0-2),
-/// inside a `Driver` method. A macro, not a closure (see `NanAcc::push_stored`) nor a loop over the streams,
-/// which changed AVX2's code (gungraun: Adam +2.3%).
+/// inside a `Driver` method. A macro, not a closure (see `NanAcc::push_stored`) nor a loop over
+/// the streams, which changed AVX2's code (gungraun: Adam +2.3%).
 macro_rules! each_drawing_stream {
     ($d:expr, ($k:ident, $rng:ident) => $body:expr) => {{
         let drawing = $d.drawing();
