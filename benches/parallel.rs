@@ -1,7 +1,9 @@
 //! Thread scaling of group steps (criterion): each optimizer in IPEX's storage combination (split
 //! weights, bf16 gradients, f32 state; AdamW all f32 as PyTorch's fused row) over single tensors
 //! and over a GPT-2-small-shaped parameter list (148 tensors, 124.4M parameters), on pools of
-//! each thread count, next to a same-traffic copy loop run on the same pool (the roof).
+//! each thread count, next to a same-traffic copy loop run on the same pool (the roof). Trails,
+//! states and the roof's buffers lie as the PyTorch package places a parameter's states
+//! (`Placed::state_of`).
 //!
 //! `cargo bench --bench parallel`; environment: `HALFSTEP_BENCH_THREADS=1,2` (pool sizes),
 //! `HALFSTEP_BENCH_WORKLOADS=64K,256K,1M,4M,16M,64M,gpt2` (workloads),
@@ -22,6 +24,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+
+#[path = "support/placed.rs"]
+mod placed;
+use placed::Placed;
 
 fn env_list(name: &str, default: &str) -> Vec<String> {
     std::env::var(name)
@@ -108,12 +114,14 @@ fn pool(threads: usize) -> (Arc<rayon_core::ThreadPool>, Threads) {
     (p.clone(), Threads::pool(p))
 }
 
-/// The buffers of a model in IPEX's layout (and f32 copies for the AdamW row).
+/// The buffers of a model in IPEX's layout (and f32 copies for the AdamW row). Trails and states
+/// are placed as the PyTorch package places them, from the top halves (`Placed::state_of`; the
+/// AdamW row's f32 weights, allocated alike, lie at the same offset within a page).
 struct Model {
     top: Vec<Vec<bf16>>,
-    trail: Vec<Vec<u16>>,
+    trail: Vec<Placed<u16>>,
     g16: Vec<Vec<bf16>>,
-    s: [Vec<Vec<f32>>; 2],
+    s: [Vec<Placed<f32>>; 2],
     w32: Vec<Vec<f32>>,
     g32: Vec<Vec<f32>>,
 }
@@ -123,7 +131,10 @@ impl Model {
         let val = |i: usize| ((i as f32) * 0.618).sin() * 0.02;
         let w: Vec<Vec<f32>> = sizes.iter().map(|&n| (0..n).map(val).collect()).collect();
         let mut top: Vec<Vec<bf16>> = sizes.iter().map(|&n| vec![bf16::ZERO; n]).collect();
-        let mut trail: Vec<Vec<u16>> = sizes.iter().map(|&n| vec![0; n]).collect();
+        let mut trail: Vec<Placed<u16>> = top
+            .iter()
+            .map(|t| Placed::state_of(t, 0u16, t.len(), 4))
+            .collect();
         for ((w, t), l) in w.iter().zip(&mut top).zip(&mut trail) {
             halfstep::convert::split(w, t, l).unwrap();
         }
@@ -131,15 +142,19 @@ impl Model {
             .iter()
             .map(|w| w.iter().map(|x| x * 0.01).collect())
             .collect();
-        let zeros = || sizes.iter().map(|&n| vec![0.0f32; n]).collect::<Vec<_>>();
+        let zeros = |slot| {
+            top.iter()
+                .map(|t| Placed::state_of(t, 0.0f32, t.len(), slot))
+                .collect::<Vec<_>>()
+        };
         Model {
             g16: g32
                 .iter()
                 .map(|g| g.iter().map(|&x| bf16::from_f32(x)).collect())
                 .collect(),
+            s: [zeros(1), zeros(2)],
             top,
             trail,
-            s: [zeros(), zeros()],
             w32: if f32_copies { w } else { Vec::new() },
             g32: if f32_copies { g32 } else { Vec::new() },
         }
@@ -151,8 +166,10 @@ impl Model {
 /// back in place (`x + 1`), chunk by chunk so that all streams are in flight together, as in the
 /// kernel; the element range is cut over the same pool. (A memcpy of the same byte count is not a
 /// roof: one read and one write stream draw less bandwidth than the kernel's four to six streams.)
-/// Buffers as (bytes per element, 32-bit words).
-type Buffers = Vec<(usize, Vec<u32>)>;
+/// Buffers as (bytes per element, 32-bit words). A pass's buffers lie as a step's do: each placed
+/// as the package places a parameter's states, from the first (`Placed::state_of`, slot = its
+/// place in the pass).
+type Buffers = Vec<(usize, Placed<u32>)>;
 
 struct StreamRoof {
     /// Per pass: the read-only and the updated buffers.
@@ -345,7 +362,16 @@ impl StreamRoof {
         divider_pass: Option<usize>,
     ) -> StreamRoof {
         let n: usize = sizes.iter().sum();
-        let buf = |&b: &usize| (b, vec![1u32; (n * b).div_ceil(4)]);
+        let words = |b: usize| (n * b).div_ceil(4);
+        let place = |(ro, rw): &(&[usize], &[usize])| {
+            let first = Placed::at(1u32, words(ro[0]), 4096, 0, 0);
+            let rest: Vec<_> = (ro[1..].iter().chain(rw.iter()).enumerate())
+                .map(|(i, &b)| (b, Placed::state_of(&first, 1u32, words(b), i + 1)))
+                .collect();
+            let mut bufs = std::iter::once((ro[0], first)).chain(rest);
+            let ro: Buffers = bufs.by_ref().take(ro.len()).collect();
+            (ro, bufs.collect::<Buffers>())
+        };
         let mut first = 0;
         let firsts = sizes
             .iter()
@@ -357,10 +383,7 @@ impl StreamRoof {
             })
             .collect();
         StreamRoof {
-            passes: passes
-                .iter()
-                .map(|(ro, rw)| (ro.iter().map(buf).collect(), rw.iter().map(buf).collect()))
-                .collect(),
+            passes: passes.iter().map(place).collect(),
             n,
             pieces: sizes.iter().map(|&len| (len, 0)).collect(),
             firsts,

@@ -1,6 +1,6 @@
 //! A benchmark's buffer of `n` elements at a chosen place inside an over-allocated `Vec`: shared
-//! by `benches/kernels.rs` and `examples/step_timer.rs`, whose rows depend on where their buffers
-//! lie (docs/DESIGN.md, "PyTorch package").
+//! by `benches/kernels.rs`, `benches/parallel.rs` and `examples/step_timer.rs`, whose rows depend
+//! on where their buffers lie (docs/DESIGN.md, "PyTorch package").
 
 /// `n` elements at a chosen place inside an over-allocated `Vec`.
 pub struct Placed<T> {
