@@ -115,8 +115,8 @@ fn pool(threads: usize) -> (Arc<rayon_core::ThreadPool>, Threads) {
 }
 
 /// The buffers of a model in IPEX's layout (and f32 copies for the AdamW row). Trails and states
-/// are placed as the PyTorch package places them, from the top halves (`Placed::state_of`; the
-/// AdamW row's f32 weights, allocated alike, lie at the same offset within a page).
+/// are placed as the PyTorch package places them, from the top halves (`Placed::state_of`); the
+/// AdamW row steps the same states beside its own f32 weights.
 struct Model {
     top: Vec<Vec<bf16>>,
     trail: Vec<Placed<u16>>,
