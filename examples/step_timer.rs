@@ -6,8 +6,9 @@
 //! `cargo run --release --example step_timer -- <kernel> <elements> <threads> [grain]`
 //! (`STEP_TIMER_HANDOFF=1`: the steps are handed to a pool the timing thread is not in).
 //!
-//! Where the buffers start: 64-byte aligned, as PyTorch's tensors; `STEP_TIMER_OFFSET=B` starts
-//! every buffer B bytes past a 64-byte boundary (split cache lines), and
+//! Where the buffers start: the weights and grads 64-byte aligned, as PyTorch's tensors; the states
+//! and trails as the PyTorch package places them from the weights (`Placed::state_of`). Instead,
+//! `STEP_TIMER_OFFSET=B` starts every buffer B bytes past a 64-byte boundary (split cache lines), and
 //! `STEP_TIMER_PAGE_OFFSETS=W,G,S0,S1[,T]` starts the weights, grads, the two states and the
 //! trails (T, default W) at those byte offsets within a 4 KiB page (where a load may falsely wait
 //! on an earlier store to another buffer whose address has the same low 12 bits: "4K aliasing";
@@ -65,14 +66,20 @@ fn main() {
         v
     });
     // Where buffer `k` (0 weights, 1 grads, 2 and 3 the states, 4 the trails) starts.
+    let package_places = page.is_none() && std::env::var_os("STEP_TIMER_OFFSET").is_none();
     let at = |k: usize| match &page {
         Some(v) => Place::InPage(*v.get(k).unwrap_or(&v[0])),
+        // The package's slots: first moment (or sum) 1, second moment 2, trails 4.
+        None if package_places && k >= 2 => Place::Slot([0, 0, 1, 2, 4][k]),
         None => Place::PastLine(offset),
     };
+    // `_f32` rows: f32 weights and grads; the others: split weights and bf16 grads.
+    let f32_row = kernel.ends_with("_f32");
     let w: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.618).sin() * 0.02).collect();
     let g32v: Vec<f32> = w.iter().map(|x| x * 0.05).collect();
     let g16v: Vec<bf16> = g32v.iter().map(|&x| bf16::from_f32(x)).collect();
-    let (mut top, mut trail) = (placed(bf16::ZERO, n, at(0)), placed(0u16, n, at(4)));
+    let mut top = placed(bf16::ZERO, n, at(0));
+    let mut trail = placed_from(&top, 0u16, n, at(4));
     halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
     let (mut g32, mut g16) = (placed(0f32, n, at(1)), placed(bf16::ZERO, n, at(1)));
     g32.copy_from_slice(&g32v);
@@ -80,7 +87,11 @@ fn main() {
     let (g32, g16) = (&*g32, &*g16);
     let mut w32 = placed(0f32, n, at(0));
     w32.copy_from_slice(&w);
-    let (mut s0, mut s1) = (placed(0f32, n, at(2)), placed(0f32, n, at(3)));
+    let state = |k| match f32_row {
+        true => placed_from(&w32, 0f32, n, at(k)),
+        false => placed_from(&top, 0f32, n, at(k)),
+    };
+    let (mut s0, mut s1) = (state(2), state(3));
     if std::env::var_os("STEP_TIMER_ADDRESSES").is_some() {
         for (name, p) in [
             ("top", top.as_ptr() as usize),
@@ -100,8 +111,6 @@ fn main() {
     // the peers' rows are later steps.
     let ctx = StepContext::new(1, 2);
     let stream = TensorStream::new(0);
-    // `_f32` rows: f32 weights and grads; the others: split weights and bf16 grads.
-    let f32_row = kernel.ends_with("_f32");
     let mut step = || match kernel {
         "sgd" | "sgd_f32" => {
             let cfg = SgdConfig {
@@ -188,18 +197,28 @@ fn main() {
 }
 
 /// Where a buffer starts: `PastLine(b)`, `b` bytes past a 64-byte boundary; `InPage(b)`, `b`
-/// bytes past a 4 KiB boundary.
+/// bytes past a 4 KiB boundary; `Slot(s)`, as the package places state slot `s` of the weights.
 #[derive(Clone, Copy)]
 enum Place {
     PastLine(usize),
     InPage(usize),
+    Slot(usize),
 }
 
-/// `n` copies of `x` starting at `place`.
+/// `n` copies of `x` starting at `place` (not a `Slot`: [`placed_from`]).
 fn placed<T: Copy>(x: T, n: usize, place: Place) -> Placed<T> {
     match place {
         Place::PastLine(b) => Placed::at(x, n, 64, b, 0),
         Place::InPage(b) => Placed::at(x, n, 4096, b, 0),
+        Place::Slot(_) => unreachable!("a slot is placed from the weights"),
+    }
+}
+
+/// `n` copies of `x` starting at `place`, a `Slot` of `weights`.
+fn placed_from<W, T: Copy>(weights: &[W], x: T, n: usize, place: Place) -> Placed<T> {
+    match place {
+        Place::Slot(s) => Placed::state_of(weights, x, n, s),
+        place => placed(x, n, place),
     }
 }
 
