@@ -87,9 +87,12 @@ fn main() {
     let (g32, g16) = (&*g32, &*g16);
     let mut w32 = placed(0f32, n, at(0));
     w32.copy_from_slice(&w);
-    let state = |k| match f32_row {
-        true => placed_from(&w32, 0f32, n, at(k)),
-        false => placed_from(&top, 0f32, n, at(k)),
+    let state = |k| {
+        if f32_row {
+            placed_from(&w32, 0f32, n, at(k))
+        } else {
+            placed_from(&top, 0f32, n, at(k))
+        }
     };
     let (mut s0, mut s1) = (state(2), state(3));
     if std::env::var_os("STEP_TIMER_ADDRESSES").is_some() {
