@@ -23,7 +23,7 @@ use std::time::Duration;
 
 #[path = "support/placed.rs"]
 mod placed;
-use placed::Placed;
+use placed::{FIRST_MOMENT, Placed, SECOND_MOMENT, TRAIL};
 
 fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
     match std::env::var(name) {
@@ -192,7 +192,7 @@ fn data(n: usize) -> Vec<f32> {
 fn split_model(n: usize) -> (Vec<bf16>, Placed<u16>, Vec<bf16>) {
     let w = data(n);
     let mut top = vec![bf16::ZERO; n];
-    let mut trail = Placed::state_of(&top, 0u16, n, 4);
+    let mut trail = Placed::state_of(&top, 0u16, n, TRAIL);
     halfstep::convert::split(&w, &mut top, &mut trail).unwrap();
     let g = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
     (top, trail, g)
@@ -234,7 +234,7 @@ fn benches(c: &mut Criterion) {
     group(c, "sgd_split_bf16grad_f32momentum", 10, 8, |n, base| {
         let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
-        let mut m = Placed::state_of(&top, 0f32, n, 1);
+        let mut m = Placed::state_of(&top, 0f32, n, FIRST_MOMENT);
         let cfg = SgdConfig {
             lr: 1e-3,
             momentum: 0.9,
@@ -260,7 +260,7 @@ fn benches(c: &mut Criterion) {
     group(c, "adagrad_split_bf16grad_f32sum", 10, 8, |n, base| {
         let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
-        let mut s = Placed::state_of(&top, 0.1f32, n, 1);
+        let mut s = Placed::state_of(&top, 0.1f32, n, FIRST_MOMENT);
         let cfg = AdagradConfig::default();
         Box::new(move |e: Engine| {
             e.adagrad_step(
@@ -283,8 +283,8 @@ fn benches(c: &mut Criterion) {
         let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
         let (mut m, mut v) = (
-            Placed::state_of(&top, 0f32, n, 1),
-            Placed::state_of(&top, 0f32, n, 2),
+            Placed::state_of(&top, 0f32, n, FIRST_MOMENT),
+            Placed::state_of(&top, 0f32, n, SECOND_MOMENT),
         );
         let cfg = AdamConfig::adam(1e-3);
         Box::new(move |e: Engine| {
@@ -311,8 +311,8 @@ fn benches(c: &mut Criterion) {
         let stream = stream(base);
         let (mut w, g) = (data(n), data(n));
         let (mut m, mut v) = (
-            Placed::state_of(&w, 0f32, n, 1),
-            Placed::state_of(&w, 0f32, n, 2),
+            Placed::state_of(&w, 0f32, n, FIRST_MOMENT),
+            Placed::state_of(&w, 0f32, n, SECOND_MOMENT),
         );
         let cfg = AdamConfig::adamw(1e-3);
         Box::new(move |e: Engine| {
@@ -336,8 +336,8 @@ fn benches(c: &mut Criterion) {
         let stream = stream(base);
         let (mut w, g) = (data(n), data(n));
         let (mut m, mut v) = (
-            Placed::state_of(&w, bf16::ZERO, n, 1),
-            Placed::state_of(&w, bf16::ZERO, n, 2),
+            Placed::state_of(&w, bf16::ZERO, n, FIRST_MOMENT),
+            Placed::state_of(&w, bf16::ZERO, n, SECOND_MOMENT),
         );
         let cfg = AdamConfig::adamw(1e-3);
         Box::new(move |e: Engine| {
@@ -368,8 +368,8 @@ fn benches(c: &mut Criterion) {
             let mut wb: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x)).collect();
             let g: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x * 0.01)).collect();
             let (mut m, mut v) = (
-                Placed::state_of(&wb, bf16::ZERO, n, 1),
-                Placed::state_of(&wb, bf16::ZERO, n, 2),
+                Placed::state_of(&wb, bf16::ZERO, n, FIRST_MOMENT),
+                Placed::state_of(&wb, bf16::ZERO, n, SECOND_MOMENT),
             );
             let cfg = AdamConfig::adamw(1e-3);
             Box::new(move |e: Engine| {
@@ -394,8 +394,8 @@ fn benches(c: &mut Criterion) {
         let stream = stream(base);
         let (mut top, mut trail, g) = split_model(n);
         let (mut m, mut v) = (
-            Placed::state_of(&top, 0f32, n, 1),
-            Placed::state_of(&top, 0f32, n, 2),
+            Placed::state_of(&top, 0f32, n, FIRST_MOMENT),
+            Placed::state_of(&top, 0f32, n, SECOND_MOMENT),
         );
         let cfg = LambConfig::default();
         Box::new(move |e: Engine| {
@@ -510,12 +510,12 @@ fn sr_costs(c: &mut Criterion) {
                 // Placed as the PyTorch package places them: allocated one after another, the
                 // bf16-state rows at 64M elements took 1.7-3.6x the time on the Zen 4 VM.
                 let (mut a32, mut b32) = (
-                    Placed::state_of(&top, 0.1f32, n, 1),
-                    Placed::state_of(&top, 0.1f32, n, 2),
+                    Placed::state_of(&top, 0.1f32, n, FIRST_MOMENT),
+                    Placed::state_of(&top, 0.1f32, n, SECOND_MOMENT),
                 );
                 let (mut a16, mut b16) = (
-                    Placed::state_of(&top, bf16::from_f32(0.1), n, 1),
-                    Placed::state_of(&top, bf16::from_f32(0.1), n, 2),
+                    Placed::state_of(&top, bf16::from_f32(0.1), n, FIRST_MOMENT),
+                    Placed::state_of(&top, bf16::from_f32(0.1), n, SECOND_MOMENT),
                 );
                 let bf16_states = storage == "split_bf16sr_states";
                 let bf16_weights = storage == "bf16sr_weights";

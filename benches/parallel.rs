@@ -27,7 +27,7 @@ use std::time::Duration;
 
 #[path = "support/placed.rs"]
 mod placed;
-use placed::Placed;
+use placed::{FIRST_MOMENT, Placed, SECOND_MOMENT, TRAIL};
 
 fn env_list(name: &str, default: &str) -> Vec<String> {
     std::env::var(name)
@@ -133,7 +133,7 @@ impl Model {
         let mut top: Vec<Vec<bf16>> = sizes.iter().map(|&n| vec![bf16::ZERO; n]).collect();
         let mut trail: Vec<Placed<u16>> = top
             .iter()
-            .map(|t| Placed::state_of(t, 0u16, t.len(), 4))
+            .map(|t| Placed::state_of(t, 0u16, t.len(), TRAIL))
             .collect();
         for ((w, t), l) in w.iter().zip(&mut top).zip(&mut trail) {
             halfstep::convert::split(w, t, l).unwrap();
@@ -152,7 +152,7 @@ impl Model {
                 .iter()
                 .map(|g| g.iter().map(|&x| bf16::from_f32(x)).collect())
                 .collect(),
-            s: [zeros(1), zeros(2)],
+            s: [zeros(FIRST_MOMENT), zeros(SECOND_MOMENT)],
             top,
             trail,
             w32: if f32_copies { w } else { Vec::new() },

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 #[path = "../benches/support/placed.rs"]
 mod placed_buffers;
-use placed_buffers::Placed;
+use placed_buffers::{FIRST_MOMENT, Placed, SECOND_MOMENT, TRAIL};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -69,8 +69,11 @@ fn main() {
     let package_places = page.is_none() && std::env::var_os("STEP_TIMER_OFFSET").is_none();
     let at = |k: usize| match &page {
         Some(v) => Place::InPage(*v.get(k).unwrap_or(&v[0])),
-        // The package's slots: first moment (or sum) 1, second moment 2, trails 4.
-        None if package_places && k >= 2 => Place::Slot([0, 0, 1, 2, 4][k]),
+        None if package_places && k >= 2 => Place::Slot(match k {
+            2 => FIRST_MOMENT,
+            3 => SECOND_MOMENT,
+            _ => TRAIL,
+        }),
         None => Place::PastLine(offset),
     };
     // `_f32` rows: f32 weights and grads; the others: split weights and bf16 grads.

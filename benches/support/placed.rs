@@ -2,6 +2,15 @@
 //! by `benches/kernels.rs`, `benches/parallel.rs` and `examples/step_timer.rs`, whose rows depend
 //! on where their buffers lie (docs/DESIGN.md, "PyTorch package").
 
+/// The package's state slots (`_SLOTS` in `python/halfstep/__init__.py`): the first moment (also
+/// SGD's momentum and Adagrad's sum), the second moment and the trails.
+#[allow(dead_code)] // not every user places every kind
+pub const FIRST_MOMENT: usize = 1;
+#[allow(dead_code)]
+pub const SECOND_MOMENT: usize = 2;
+#[allow(dead_code)]
+pub const TRAIL: usize = 4;
+
 /// `n` elements at a chosen place inside an over-allocated `Vec`.
 pub struct Placed<T> {
     v: Vec<T>,
