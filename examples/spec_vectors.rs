@@ -3,8 +3,9 @@
 //!
 //! `cargo run --release --example spec_vectors | python3 tools/spec_check.py`
 
-use halfstep::PhiloxRng;
-use halfstep::reference::bits::{BitsCoord, element_bits};
+use halfstep::convert::fill_element_bits;
+use halfstep::rng::{MAX_STREAM, Purpose};
+use halfstep::{PhiloxRng, Replica, StepContext, TensorStream};
 use halfstep::reference::round::{Mode, f32_to_bf16, f32_to_f16};
 use rand_core::{Rng, SeedableRng};
 use std::io::Write;
@@ -13,27 +14,37 @@ fn main() {
     let mut r = PhiloxRng::seed_from_u64(0x5EC);
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
-    // bits SEED STEP STREAM_WORD SLOT E R16 (hex except decimal E)
-    for i in 0..3000u64 {
-        let c = BitsCoord {
-            seed: r.next_u64(),
-            step: r.next_u32(),
-            stream_word: r.next_u32(),
-            replica_slot: r.next_u32() as u16,
+    // bits SEED STEP TENSOR PURPOSE SLOT E R16 (hex except decimal PURPOSE and E), as the
+    // library's fill gives them (its dispatched backend) for one element at a time.
+    let purposes = [
+        Purpose::Weights,
+        Purpose::FirstMoment,
+        Purpose::SecondMoment,
+        Purpose::MaxSecondMoment,
+    ];
+    for i in 0..4000u64 {
+        let slot = (r.next_u32() as u16).min(u16::MAX - 1);
+        let replica = match slot {
+            0 => Replica::Identical,
+            s => Replica::Differing(s - 1),
         };
+        let ctx = StepContext::new(r.next_u64(), r.next_u32()).with_replica(replica);
+        let (tensor, purpose) = (r.next_u32() & MAX_STREAM, purposes[i as usize % 4]);
         let e = match i % 3 {
             0 => i,
             1 => r.next_u64() & ((1 << 51) - 1),
             _ => (1 << 51) - 1 - (r.next_u64() & 0xFFFF),
         };
+        let stream = TensorStream {
+            id: tensor,
+            index_base: e,
+        };
+        let mut bits = [0u16];
+        fill_element_bits(&ctx, &stream, purpose, &mut bits).unwrap();
         writeln!(
             out,
-            "bits {:x} {:x} {:x} {:x} {e} {:x}",
-            c.seed,
-            c.step,
-            c.stream_word,
-            c.replica_slot,
-            element_bits(&c, e)
+            "bits {:x} {:x} {tensor:x} {} {slot:x} {e} {:x}",
+            ctx.seed, ctx.step, purpose as u8, bits[0]
         )
         .unwrap();
     }

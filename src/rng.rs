@@ -31,8 +31,9 @@ impl Replica {
     }
 }
 
-/// What a tensor's random bits are for; one tensor's buffers each get their own bits.
-/// The value is the low nibble of counter word 3.
+/// What a tensor's random bits are for; one tensor's buffers each get their own bits: the value
+/// is the low nibble of counter word 3, except for the second moment, which takes the first
+/// moment's counters and gives each element its pair partner's bits (SPEC.md §3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Purpose {
@@ -40,7 +41,8 @@ pub enum Purpose {
     Weights = 0,
     /// The first-moment / momentum buffer.
     FirstMoment = 1,
-    /// The second-moment buffer (Adam's `exp_avg_sq`, Adagrad's `sum`).
+    /// The second-moment buffer (Adam's `exp_avg_sq`, Adagrad's `sum`): element `e` rounds with
+    /// the bits the first moment gives element `e ^ 1`.
     SecondMoment = 2,
     /// AMSGrad's `max_exp_avg_sq`.
     MaxSecondMoment = 3,
@@ -119,14 +121,22 @@ impl TensorStream {
 }
 
 /// The full coordinates for one (step, tensor, purpose). Callers validate `ctx.replica` and the
-/// stream first (every public entry point does, before touching memory).
+/// stream first (every public entry point does, before touching memory). The second moment draws
+/// from the first moment's stream, each element taking its pair partner's bits (SPEC.md §3.2).
 pub(crate) fn coord(ctx: &StepContext, t: &TensorStream, purpose: Purpose) -> BitsCoord {
     debug_assert!(ctx.replica.slot().is_ok() && t.id <= MAX_STREAM);
+    let second = purpose == Purpose::SecondMoment;
+    let counted = if second {
+        Purpose::FirstMoment
+    } else {
+        purpose
+    };
     BitsCoord {
         seed: ctx.seed,
         step: ctx.step,
-        stream_word: (t.id << 4) | purpose as u32,
+        stream_word: (t.id << 4) | counted as u32,
         replica_slot: ctx.replica.slot().unwrap_or(0),
+        swap_pairs: second,
     }
 }
 

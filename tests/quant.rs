@@ -601,6 +601,7 @@ fn quantizers_draw_the_bits_of_index_base_plus_i_with_purpose_weights() {
         step,
         stream_word: id << 4,
         replica_slot: 0,
+        swap_pairs: false,
     };
     let r = |i: usize| Mode::Stochastic(element_bits(&coord, base + i as u64));
     let mut g = rng(31);

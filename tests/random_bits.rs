@@ -139,6 +139,7 @@ fn element_bits_follow_the_spec_layout() {
         step: 9,
         stream_word: 5 << 4 | 2,
         replica_slot: 3,
+        swap_pairs: false,
     };
     for e in [
         0u64,
@@ -183,6 +184,49 @@ fn bits_depend_only_on_the_global_index_not_on_chunking() {
         fill_element_bits(&ctx, &s(cut as u64), Purpose::Weights, &mut b).unwrap();
         assert_eq!([a, b].concat(), whole, "cut at {cut}");
     }
+}
+
+#[test]
+fn the_second_moment_takes_the_first_moments_bits_of_each_partner() {
+    // SPEC.md §3.2: element e of the second moment rounds with the bits the first moment gives
+    // e ^ 1, so that no element's two moments share bits and one ARS-5 call serves both.
+    let ctx = StepContext::new(0x5EED, 12).with_replica(Replica::Differing(4));
+    let bits = |purpose: Purpose, base: u64, n: usize| {
+        let mut out = vec![0u16; n];
+        let s = TensorStream {
+            id: 9,
+            index_base: base,
+        };
+        fill_element_bits(&ctx, &s, purpose, &mut out).unwrap();
+        out
+    };
+    let first = bits(Purpose::FirstMoment, 0, 4096);
+    for (base, n) in [(0u64, 4096usize), (1, 7), (3, 1000), (31, 66), (2047, 3)] {
+        let second = bits(Purpose::SecondMoment, base, n);
+        for (i, r) in second.iter().enumerate() {
+            let e = base + i as u64;
+            assert_eq!(*r, first[(e ^ 1) as usize], "element {e}, from {base}");
+        }
+    }
+    let second = bits(Purpose::SecondMoment, 0, 4096);
+    let same = first.iter().zip(&second).filter(|(a, b)| a == b).count();
+    assert!(
+        same < 8,
+        "{same}/4096 elements round both moments with the same bits"
+    );
+    // Both from the first moment's counters (purpose 1), the second with partners exchanged.
+    let reference = |swap_pairs| {
+        let c = BitsCoord {
+            seed: 0x5EED,
+            step: 12,
+            stream_word: 9 << 4 | 1,
+            replica_slot: 5,
+            swap_pairs,
+        };
+        (0..64).map(|e| element_bits(&c, e)).collect::<Vec<_>>()
+    };
+    assert_eq!(reference(false), first[..64]);
+    assert_eq!(reference(true), second[..64]);
 }
 
 #[test]

@@ -72,7 +72,12 @@ def ars(ctr, key, rounds=5):
     return aes_round(v, next_key(k), False)
 
 
-def r16(seed, step, stream_word, slot, e):
+def r16(seed, step, tensor, purpose, slot, e):
+    # The second moment (purpose 2) counts with the first moment's stream word and takes the bits
+    # of element e ^ 1.
+    if purpose == 2:
+        purpose, e = 1, e ^ 1
+    stream_word = (tensor << 4) | purpose
     key = (seed & M32, seed >> 32, 0, 0)
     i = e & 31
     w = i & 15
@@ -131,8 +136,9 @@ def main():
         if not f:
             continue
         if f[0] == "bits":
-            seed, step, sw, slot = (int(x, 16) for x in f[1:5])
-            want, got = r16(seed, step, sw, slot, int(f[5])), int(f[6], 16)
+            seed, step, tensor = (int(x, 16) for x in f[1:4])
+            purpose, slot = int(f[4]), int(f[5], 16)
+            want, got = r16(seed, step, tensor, purpose, slot, int(f[6])), int(f[7], 16)
         else:
             b, r, got = int(f[2], 16), int(f[3], 16), int(f[4], 16)
             want = (bf16 if f[0] == "bf16" else f16)(f[1], b, r)

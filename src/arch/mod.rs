@@ -389,6 +389,17 @@ pub(crate) trait Simd: Copy + 'static {
         }
     }
 
+    /// Lanes `2i` and `2i + 1` exchanged: element `e`'s bits become those of element `e ^ 1`
+    /// (the second moment's bits from the first moment's stream, SPEC.md §3.2), in output words
+    /// and in chunks alike.
+    #[inline(always)]
+    unsafe fn swap_pairs(a: Self::U) -> Self::U {
+        unsafe {
+            let x = u32_lanes::<Self>(a);
+            u32_vector::<Self>(|l| x[l ^ 1])
+        }
+    }
+
     /// [`Simd::even_odd_halves`] of two chunks' 16-bit values given apart: `a` the first
     /// chunk's, `b` the second's, each in the low halves of its lanes with the high halves zero
     /// (as a bits block holds them, `RoundingBits::r16_prepared`).

@@ -255,6 +255,14 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
             } else {
                 ars_rounds::<V, false>(&mut x, &k.keys);
             }
+            // A second moment's stream: word `w` of a block holds the bits of elements `w` and
+            // `w + 16` of its group, so exchanging words `2i` and `2i + 1` gives each element its
+            // partner's (`e ^ 1`), in every form made from these words.
+            if self.coord.swap_pairs {
+                for x in x.iter_mut().take(V::RNG_VECTORS) {
+                    *x = V::swap_pairs(*x);
+                }
+            }
             x
         }
     }
@@ -274,6 +282,8 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
     /// that takes the groups in order: one XOR and the rounds, with no span cache to store, load
     /// and index, and no test in the loop. As [`Self::span_words`] for a span of one group:
     /// `start[0]` holds blocks 0-3 after round 0, and the group's first block is a multiple of 4.
+    /// The words as ARS-5 gives them: a second moment's stream ([`BitsCoord::swap_pairs`]) leaves
+    /// the exchange of partners to its caller ([`RoundingBits::next_pair`]).
     #[inline(always)]
     pub(crate) unsafe fn group_word(&self, d: &PairDraw<V>) -> V::U {
         unsafe {
@@ -883,7 +893,9 @@ impl<V: Simd> RoundingBits<V> {
     }
 
     /// The bits of the two chunks (in the low halves) of the group `d` is at, as [`Self::r16`]
-    /// of each; `d` was made with this stream's seed.
+    /// of each; `d` was made with this stream's seed. As the stream's counters give them: for a
+    /// second moment's stream ([`BitsCoord::swap_pairs`]) the caller exchanges partners
+    /// ([`partners`]).
     #[inline(always)]
     pub unsafe fn next_pair(&self, d: &PairDraw<V>) -> [V::U; 2] {
         unsafe {
@@ -893,7 +905,7 @@ impl<V: Simd> RoundingBits<V> {
     }
 
     /// [`Self::next_pair`] in even/odd order ([`crate::arch::Simd::even_odd_halves`]): the bits
-    /// of the pair's even elements, then of its odd ones.
+    /// of the pair's even elements, then of its odd ones (partners not exchanged, as there).
     #[inline(always)]
     pub unsafe fn next_pair_even_odd(&self, d: &PairDraw<V>) -> [V::U; 2] {
         unsafe { V::even_odd_halves(self.span.assume_init_ref().group_word(d)) }
@@ -938,6 +950,21 @@ impl<V: Simd> RoundingBits<V> {
     }
 }
 
+/// A second moment's bits for a pair of chunks from its first moment's, `pair` as
+/// [`RoundingBits::next_pair`] gives them (in even/odd order where `even_odd`): each element takes
+/// its partner's, `e ^ 1` (SPEC.md §3.2). In even/odd order the partners are the two vectors'
+/// lanes of one index, so this is a swap of the vectors, with no instruction.
+#[inline(always)]
+pub(crate) unsafe fn partners<V: Simd>(pair: [V::U; 2], even_odd: bool) -> [V::U; 2] {
+    unsafe {
+        if even_odd {
+            [pair[1], pair[0]]
+        } else {
+            [V::swap_pairs(pair[0]), V::swap_pairs(pair[1])]
+        }
+    }
+}
+
 /// Checks of the vector ARS fill against the reference, run by `tests/internals.rs` through
 /// `halfstep::fuzzing::internals` (the span cache is private).
 #[cfg(feature = "fuzzing")]
@@ -973,18 +1000,28 @@ pub(crate) mod checks {
                 step: 0,
                 stream_word: 0,
                 replica_slot: 0,
+                swap_pairs: false,
             },
             BitsCoord {
                 seed: u64::MAX,
                 step: u32::MAX,
                 stream_word: 0xDEAD_BEEF,
                 replica_slot: 0xFFFF,
+                swap_pairs: false,
             },
             BitsCoord {
                 seed: 0x0123_4567_89AB_CDEF,
                 step: 7,
                 stream_word: 0x31,
                 replica_slot: 3,
+                swap_pairs: false,
+            },
+            BitsCoord {
+                seed: 0x0123_4567_89AB_CDEF,
+                step: 7,
+                stream_word: 0x31,
+                replica_slot: 3,
+                swap_pairs: true,
             },
         ];
         // Spans start at multiples of the span: the last span before word 1 turns 1, the first
@@ -1006,13 +1043,16 @@ pub(crate) mod checks {
                     let want = u32::from(element_bits(&coord, e));
                     assert_eq!(*got, want, "{name} split: {coord:?} element {e}");
                 }
-                // As words: every block of the span, its four words in four consecutive lanes.
+                // As words: every block of the span, its four words in four consecutive lanes
+                // (partners exchanged for a second moment's stream).
                 let got = unsafe { lanes_of::<V>(&words.bits) };
                 for block in 0..4 * span as usize {
-                    let want = ars4x32_5(
+                    let out = ars4x32_5(
                         block_counter(&coord, group * 4 + block as u64),
                         seed_key(coord.seed),
                     );
+                    let want: [u32; 4] =
+                        core::array::from_fn(|w| out[if coord.swap_pairs { w ^ 1 } else { w }]);
                     assert_eq!(
                         got[4 * block..4 * block + 4],
                         want,

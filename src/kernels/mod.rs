@@ -81,7 +81,7 @@ use crate::arch::{self, MAX_LANES};
 use crate::reference::bits::BitsCoord;
 pub(crate) use bits::{
     BitsBlock, BitsFill, GroupBits, PairDraw, RoundingBits, RoundsChunks, SEQ_GROUPS,
-    full_run_spans, spans_inline,
+    full_run_spans, partners, spans_inline,
 };
 
 /// One chunk of `V::LANES` lanes: lane `l` is global element `e + l`, local element `off + l`;

@@ -25,6 +25,9 @@ pub struct BitsCoord {
     pub stream_word: u32,
     /// 0 for bits shared by all replicas, `r + 1` for replica `r`'s own bits (upper half of word 1).
     pub replica_slot: u16,
+    /// Each element takes the bits this stream gives element `e ^ 1`: the second moment's bits,
+    /// drawn from the first moment's stream (SPEC.md §3.2), so that one ARS-5 call serves both.
+    pub swap_pairs: bool,
 }
 
 /// The ARS key of a seed: word 0 is the seed's low half, words 2 and 3 are zero.
@@ -59,6 +62,7 @@ pub fn block_counter(c: &BitsCoord, block: u64) -> Block {
 /// The 16 random bits of element `e` (a global element index, below [`MAX_ELEMENT_INDEX`]).
 pub fn element_bits(c: &BitsCoord, e: u64) -> u16 {
     debug_assert!(e < MAX_ELEMENT_INDEX);
+    let e = if c.swap_pairs { e ^ 1 } else { e };
     let (block, word, half) = element_position(e);
     let out = ars4x32_5(block_counter(c, block), seed_key(c.seed));
     (out[word] >> (16 * half)) as u16

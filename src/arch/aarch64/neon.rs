@@ -105,6 +105,10 @@ impl Simd for Neon {
         unsafe { veorq_u32(a, b) }
     }
     #[inline(always)]
+    unsafe fn swap_pairs(a: uint32x4_t) -> uint32x4_t {
+        unsafe { vrev64q_u32(a) }
+    }
+    #[inline(always)]
     unsafe fn shr<const S: i32>(a: uint32x4_t) -> uint32x4_t {
         unsafe { vshrq_n_u32::<S>(a) }
     }

@@ -109,6 +109,10 @@ impl Simd for Avx2 {
         unsafe { _mm256_xor_si256(a, b) }
     }
     #[inline(always)]
+    unsafe fn swap_pairs(a: __m256i) -> __m256i {
+        unsafe { _mm256_shuffle_epi32::<0xB1>(a) }
+    }
+    #[inline(always)]
     unsafe fn shr<const S: i32>(a: __m256i) -> __m256i {
         unsafe { _mm256_srli_epi32::<S>(a) }
     }

@@ -109,6 +109,10 @@ impl Simd for Avx512 {
     unsafe fn xor_u(a: __m512i, b: __m512i) -> __m512i {
         unsafe { _mm512_xor_si512(a, b) }
     }
+    #[inline(always)]
+    unsafe fn swap_pairs(a: __m512i) -> __m512i {
+        unsafe { _mm512_shuffle_epi32::<0xB1>(a) }
+    }
     // The immediate forms take a `u32` const; a per-lane shift by a splat costs the same.
     #[inline(always)]
     unsafe fn shr<const S: i32>(a: __m512i) -> __m512i {
