@@ -4,9 +4,9 @@
 //! `cargo run --release --example spec_vectors | python3 tools/spec_check.py`
 
 use halfstep::convert::fill_element_bits;
+use halfstep::reference::round::{Mode, f32_to_bf16, f32_to_f16};
 use halfstep::rng::{MAX_STREAM, Purpose};
 use halfstep::{PhiloxRng, Replica, StepContext, TensorStream};
-use halfstep::reference::round::{Mode, f32_to_bf16, f32_to_f16};
 use rand_core::{Rng, SeedableRng};
 use std::io::Write;
 

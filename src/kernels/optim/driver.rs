@@ -702,7 +702,26 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// rounds stochastically (`RoundingBits::prepare`), out of the chunk loop.
     #[inline(always)]
     unsafe fn prepare_bits(&mut self, e: u64) {
-        each_drawing_stream!(self, (_k, rng) => unsafe { rng.prepare(e) });
+        unsafe {
+            let drawing = self.drawing();
+            let b = &mut *self.b;
+            if drawing[0] {
+                b.rng_w.prepare(e);
+            }
+            let [s0, s1, s2] = &mut b.rng_s;
+            if drawing[1] {
+                s0.prepare(e);
+            }
+            // The second moment's bits are the first moment's with partners exchanged.
+            if drawing[2] && drawing[1] {
+                s1.prepare_partner_of(s0, e);
+            } else if drawing[2] {
+                s1.prepare(e);
+            }
+            if drawing[3] {
+                s2.prepare(e);
+            }
+        }
     }
 
     /// [`ChunkBody::full_run`] within one block of random bits (or all of it where none are
