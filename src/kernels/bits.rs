@@ -571,6 +571,10 @@ pub(crate) unsafe fn fill_block<V: Simd>(
 ) {
     unsafe {
         debug_assert!(base.is_multiple_of(BLOCK as u64) && n <= BLOCK);
+        let partner = (*block).partner.assume_init();
+        if !partner.is_null() {
+            return copy_partners(block, partner, n);
+        }
         let dst = (&raw mut (*block).bits).cast();
         if first {
             (*block)
@@ -768,6 +772,9 @@ pub(crate) struct RoundingBits<V: Simd> {
     block: *mut BitsBlock<V>,
     /// The block's bits, one element per 32-bit word.
     bits: *const u32,
+    /// The first moment's block bits this second moment's blocks copy, or null: handed to the
+    /// block on its first fill ([`Self::copy_blocks_of`]).
+    partner: *const u32,
 }
 
 /// The buffer of one [`RoundingBits`] in block mode, filled up to the block's last chunk the
@@ -781,6 +788,11 @@ pub(crate) struct BitsBlock<V: Simd> {
     coord: core::mem::MaybeUninit<BitsCoord>,
     /// Set by the first fill.
     rng: core::mem::MaybeUninit<GroupBits<V, true>>,
+    /// Set before the first fill: where not null, the first moment's block bits this (second
+    /// moment's) block copies with partners exchanged instead of drawing
+    /// ([`RoundingBits::copy_blocks_of`]). Uninitialized until then, as the rest: a block built
+    /// with a field set was copied whole onto the kernel's stack, 8 KiB per block and call.
+    partner: core::mem::MaybeUninit<*const u32>,
 }
 
 impl<V: Simd> BitsBlock<V> {
@@ -790,6 +802,7 @@ impl<V: Simd> BitsBlock<V> {
             bits: [core::mem::MaybeUninit::uninit(); BLOCK],
             coord: core::mem::MaybeUninit::uninit(),
             rng: core::mem::MaybeUninit::uninit(),
+            partner: core::mem::MaybeUninit::uninit(),
         }
     }
 }
@@ -812,6 +825,7 @@ impl<V: Simd> RoundingBits<V> {
             start: NO_BLOCK,
             end,
             bits: unsafe { (&raw const (*block).bits).cast() },
+            partner: core::ptr::null(),
             block,
         }
     }
@@ -932,36 +946,20 @@ impl<V: Simd> RoundingBits<V> {
     /// multiple of it.
     pub const BLOCK: u64 = BLOCK as u64;
 
-    /// [`Self::prepare`] for a second moment's stream whose first moment's, `first`, is prepared
-    /// for the same element and rounds the same elements: in block mode, the block is `first`'s
-    /// with partners exchanged (SPEC.md §3.2), copied rather than drawn. Per vector a load, a
-    /// shuffle and a store, where the rounds took five AES instructions per block.
+    /// Makes this second moment's stream copy each block from `first`'s, its first moment's
+    /// (same tensor, step and elements), with partners exchanged (SPEC.md §3.2), where the
+    /// backend draws a block at a time: a load, a shuffle and a store per vector, where the
+    /// rounds took five AES instructions per block. `first` must be prepared for each element
+    /// before this stream is, and neither filled yet ([`Self::prepare`]). The copy runs in the
+    /// out-of-line fill: called between the pieces of the optimizers' runs, it changed the code
+    /// LLVM made for LAMB's loops, which draw no bits (gungraun, AVX2: +6-8% instructions).
     #[inline(always)]
-    pub unsafe fn prepare_partner_of(&mut self, first: &RoundingBits<V>, e: u64) {
-        unsafe {
-            if V::RNG_BLOCK && e.wrapping_sub(self.start) >= BLOCK as u64 {
-                let start = e - e % BLOCK as u64;
-                debug_assert!(self.coord.swap_pairs && !first.coord.swap_pairs);
-                debug_assert!(first.start == start && first.end == self.end);
-                let src = first.bits;
-                let dst = (&raw mut (*self.block).bits).cast::<u32>();
-                let mut i = 0;
-                while i < self.filled(start) {
-                    let w = V::to_bits(V::load(src.add(i).cast()));
-                    V::store(dst.add(i).cast(), V::from_bits(V::swap_pairs(w)));
-                    i += V::LANES;
-                }
-                self.start = start;
-            }
+    pub fn copy_blocks_of(&mut self, first: &RoundingBits<V>) {
+        if V::RNG_BLOCK {
+            debug_assert!(self.coord.swap_pairs && first.end == self.end);
+            debug_assert!(self.start == NO_BLOCK);
+            self.partner = first.bits;
         }
-    }
-
-    /// Elements of the block from `start` that a fill makes: up to the chunk holding `end - 1`.
-    #[inline(always)]
-    fn filled(&self, start: u64) -> usize {
-        (self.end.min(start + BLOCK as u64) - start)
-            .next_multiple_of(V::LANES as u64)
-            .min(BLOCK as u64) as usize
     }
 
     /// Fills the block holding element `e`, up to the chunk holding `end - 1`.
@@ -969,13 +967,30 @@ impl<V: Simd> RoundingBits<V> {
     unsafe fn refill(&mut self, e: u64) {
         unsafe {
             let start = e - e % BLOCK as u64;
-            let n = self.filled(start);
+            let n = (self.end.min(start + BLOCK as u64) - start)
+                .next_multiple_of(V::LANES as u64)
+                .min(BLOCK as u64);
             let first = self.start == NO_BLOCK;
             if first {
                 (*self.block).coord.write(self.coord);
+                (*self.block).partner.write(self.partner);
             }
-            V::fill_block(self.block, start, n, first);
+            V::fill_block(self.block, start, n as usize, first);
             self.start = start;
+        }
+    }
+}
+
+/// The first `n` words (a multiple of the lane count) of a first moment's bits block `src` into
+/// the block `dst` with partners exchanged: the second moment's block (SPEC.md §3.2).
+#[inline(always)]
+pub(crate) unsafe fn copy_partners<V: Simd>(dst: *mut BitsBlock<V>, src: *const u32, n: usize) {
+    unsafe {
+        debug_assert!(n.is_multiple_of(V::LANES) && n <= BLOCK);
+        let dst = (&raw mut (*dst).bits).cast::<u32>();
+        for i in (0..n).step_by(V::LANES) {
+            let w = V::to_bits(V::load(src.add(i).cast()));
+            V::store(dst.add(i).cast(), V::from_bits(V::swap_pairs(w)));
         }
     }
 }

@@ -691,6 +691,20 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         ]
     }
 
+    /// Where both moments round stochastically and the backend draws its bits a block at a time,
+    /// the second moment's blocks become copies of the first moment's with partners exchanged
+    /// (SPEC.md §3.2, [`RoundingBits::copy_blocks_of`]): the rounds run once for the two.
+    #[inline(always)]
+    fn share_partner_bits(&mut self) {
+        if const { V::RNG_BLOCK && Self::STORED_MAY_DRAW[1] && Self::STORED_MAY_DRAW[2] } {
+            let d = self.drawing();
+            if d[1] && d[2] {
+                let [s0, s1, _] = &mut self.b.rng_s;
+                s1.copy_blocks_of(s0);
+            }
+        }
+    }
+
     /// Whether a buffer the op stores rounds stochastically.
     #[inline(always)]
     fn draws_bits(&self) -> bool {
@@ -702,26 +716,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// rounds stochastically (`RoundingBits::prepare`), out of the chunk loop.
     #[inline(always)]
     unsafe fn prepare_bits(&mut self, e: u64) {
-        unsafe {
-            let drawing = self.drawing();
-            let b = &mut *self.b;
-            if drawing[0] {
-                b.rng_w.prepare(e);
-            }
-            let [s0, s1, s2] = &mut b.rng_s;
-            if drawing[1] {
-                s0.prepare(e);
-            }
-            // The second moment's bits are the first moment's with partners exchanged.
-            if drawing[2] && drawing[1] {
-                s1.prepare_partner_of(s0, e);
-            } else if drawing[2] {
-                s1.prepare(e);
-            }
-            if drawing[3] {
-                s2.prepare(e);
-            }
-        }
+        each_drawing_stream!(self, (_k, rng) => unsafe { rng.prepare(e) });
     }
 
     /// [`ChunkBody::full_run`] within one block of random bits (or all of it where none are
@@ -1026,7 +1021,9 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
         // The length first: a short step never reads the setting (whose first read looks up the
         // environment).
         let prefetch = V::HAS_PREFETCH && n >= PREFETCH_MIN && step_prefetches(n);
-        run_chunks::<V, _>(base, n, &mut Driver { b, op, c, prefetch });
+        let mut driver = Driver { b, op, c, prefetch };
+        driver.share_partner_bits();
+        run_chunks::<V, _>(base, n, &mut driver);
     }
 }
 
