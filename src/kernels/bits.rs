@@ -1039,6 +1039,13 @@ pub(crate) mod checks {
     /// one (its last block is filled only that far).
     #[inline(always)]
     unsafe fn check_fill<V: Simd>(name: &str) {
+        let third = BitsCoord {
+            seed: 0x0123_4567_89AB_CDEF,
+            step: 7,
+            stream_word: 0x31,
+            replica_slot: 3,
+            swap_pairs: false,
+        };
         let coords = [
             BitsCoord {
                 seed: 0,
@@ -1054,19 +1061,11 @@ pub(crate) mod checks {
                 replica_slot: 0xFFFF,
                 swap_pairs: false,
             },
+            third,
+            // A second moment's stream: partners exchanged.
             BitsCoord {
-                seed: 0x0123_4567_89AB_CDEF,
-                step: 7,
-                stream_word: 0x31,
-                replica_slot: 3,
-                swap_pairs: false,
-            },
-            BitsCoord {
-                seed: 0x0123_4567_89AB_CDEF,
-                step: 7,
-                stream_word: 0x31,
-                replica_slot: 3,
                 swap_pairs: true,
+                ..third
             },
         ];
         // Spans start at multiples of the span: the last span before word 1 turns 1, the first
