@@ -189,7 +189,8 @@ fn bits_depend_only_on_the_global_index_not_on_chunking() {
 #[test]
 fn the_second_moment_takes_the_first_moments_bits_of_each_partner() {
     // SPEC.md §3.2: element e of the second moment rounds with the bits the first moment gives
-    // e ^ 1, so that no element's two moments share bits and one ARS-5 call serves both.
+    // e ^ 1, so that an element's two moments take different output words and one ARS-5 call
+    // serves both.
     let ctx = StepContext::new(0x5EED, 12).with_replica(Replica::Differing(4));
     let bits = |purpose: Purpose, base: u64, n: usize| {
         let mut out = vec![0u16; n];

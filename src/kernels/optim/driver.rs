@@ -845,8 +845,10 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                 drawn[1] = Some(Self::pair_of(&b.rng_s[0], d));
             }
             if drawing[2] {
-                let (first, second) = (b.rng_s[0].coord(), b.rng_s[1].coord());
-                debug_assert!(second.swap_pairs && second.stream_word == first.stream_word);
+                debug_assert!({
+                    let (first, second) = (b.rng_s[0].coord(), b.rng_s[1].coord());
+                    second.swap_pairs && second.stream_word == first.stream_word
+                });
                 let pair = match drawn[1] {
                     Some(pair) => pair,
                     None => Self::pair_of(&b.rng_s[1], d),
