@@ -436,7 +436,11 @@ static void threads_and_checkpoints(void) {
     memcpy(snapshot, arena, ARENA);
     EXPECT(HS_MISALIGNED, hs_checkpoint_decode(blob, HS_CHECKPOINT_BYTES, (uint64_t *)slot(25, 4), steps));
     hs_checkpoint_encode(42, 9, blob);
-    blob[0] = 3; /* an unknown version */
+    blob[0] = 0; /* version 0 was never written */
+    memcpy(snapshot, arena, ARENA);
+    EXPECT(HS_INVALID_ARGUMENT, hs_checkpoint_decode(blob, HS_CHECKPOINT_BYTES, seed, steps));
+    hs_checkpoint_encode(42, 9, blob);
+    blob[3] = 0x7f; /* a version far past any this library writes */
     memcpy(snapshot, arena, ARENA);
     EXPECT(HS_INVALID_ARGUMENT, hs_checkpoint_decode(blob, HS_CHECKPOINT_BYTES, seed, steps));
 
