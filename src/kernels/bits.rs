@@ -729,12 +729,13 @@ pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
     }
 }
 
-/// Elements per block of [`RoundingBits`]' out-of-line fill: 8 KiB of words, which stay in L1 or
-/// L2 until the chunks read them, and enough elements that the call and the constants the kernel
-/// reloads after it (the kernel's loop keeps them in registers otherwise) cost little per element:
-/// against 512, the conversions, which call the fill from their chunk loop, ran 13–22% faster on
-/// AVX2 (docs/DESIGN.md).
-const BLOCK: usize = 2048;
+/// Elements per block of [`RoundingBits`]' out-of-line fill: 4 KiB of words, which stay in L1
+/// until the chunks read them, and enough elements that the call and the constants the kernel
+/// reloads after it (the kernel's loop keeps them in registers otherwise) cost little per element.
+/// The fill is a pause in the step's memory traffic: against 2048, a step whose buffers stream from
+/// memory (4M and 64M elements, AVX2, Zen 4) ran 0.81–0.95× the time, in cache level
+/// (docs/DESIGN.md).
+const BLOCK: usize = 1024;
 
 /// Never a block start (element indices are below 2^51), and far enough below `u64::MAX` that
 /// `e - NO_BLOCK` (wrapping) is at least [`BLOCK`] for every element `e`.
@@ -791,7 +792,7 @@ pub(crate) struct BitsBlock<V: Simd> {
     /// Set before the first fill: where not null, the first moment's block bits this (second
     /// moment's) block copies with partners exchanged instead of drawing
     /// ([`RoundingBits::copy_blocks_of`]). Uninitialized until then, as the rest: a block built
-    /// with a field set was copied whole onto the kernel's stack, 8 KiB per block and call.
+    /// with a field set was copied whole onto the kernel's stack, the whole block on every call.
     partner: core::mem::MaybeUninit<*const u32>,
 }
 
