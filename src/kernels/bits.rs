@@ -733,7 +733,7 @@ pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
 /// until the chunks read them, and enough elements that the call and the constants the kernel
 /// reloads after it (the kernel's loop keeps them in registers otherwise) cost little per element.
 /// The fill is a pause in the step's memory traffic: against 2048, a step whose buffers stream from
-/// memory (4M and 64M elements, AVX2, Zen 4) ran 0.81–0.95× the time, in cache level
+/// memory (4M and 64M elements, AVX2, Zen 4) ran 0.75–0.98× the time, in cache level
 /// (docs/DESIGN.md).
 const BLOCK: usize = 1024;
 
