@@ -1,5 +1,5 @@
 //! Thread scaling of group steps (criterion): each optimizer in IPEX's storage combination (split
-//! weights, bf16 gradients, f32 state; AdamW all f32 as PyTorch's fused row) over single tensors
+//! weights, bf16 gradients, f32 state) and SGD, Adagrad and AdamW all f32 (PyTorch's fused rows) over single tensors
 //! and over a GPT-2-small-shaped parameter list (148 tensors, 124.4M parameters), on pools of
 //! each thread count, next to a same-traffic copy loop run on the same pool (the roof). Trails,
 //! states and the roof's buffers lie as the PyTorch package places a parameter's states
@@ -461,12 +461,23 @@ impl Opt {
     }
 }
 
-const OPTS: [Opt; 5] = [
+const OPTS: [Opt; 7] = [
     // grads; top, trail, momentum
     Opt {
         name: "sgd_split_bf16grad_f32momentum",
         passes: &[(&[2], &[2, 2, 4])],
         divider_pass: None,
+    },
+    // grads; weights, momentum (torch's fused SGD)
+    Opt {
+        name: "sgd_f32",
+        passes: &[(&[4], &[4, 4])],
+        divider_pass: None,
+    },
+    Opt {
+        name: "adagrad_f32",
+        passes: &[(&[4], &[4, 4])],
+        divider_pass: Some(0),
     },
     Opt {
         name: "adagrad_split_bf16grad_f32sum",
@@ -491,8 +502,56 @@ const OPTS: [Opt; 5] = [
     },
 ];
 
-fn split_weights<'a>(top: &'a mut [bf16], trail: &'a mut [u16]) -> Weights<'a> {
-    Weights::Split { top, trail }
+/// One tensor's buffers as a step takes them: its weights, gradients and two f32 states.
+struct Part<'a> {
+    stream: TensorStream,
+    w: Weights<'a>,
+    g: Grads<'a>,
+    a: &'a mut [f32],
+    b: &'a mut [f32],
+}
+
+/// The model's tensors in the layout of optimizer `name`: every buffer f32 for the `_f32` rows,
+/// else split weights with bf16 gradients (IPEX's).
+fn parts<'a>(name: &str, m: &'a mut Model) -> Vec<Part<'a>> {
+    let Model {
+        top,
+        trail,
+        g16,
+        s: [s0, s1],
+        w32,
+        g32,
+    } = m;
+    let states = s0.iter_mut().zip(s1.iter_mut());
+    let part = |i: usize, w, g, (a, b): (&'a mut Placed<f32>, &'a mut Placed<f32>)| Part {
+        stream: TensorStream::new(i as u32),
+        w,
+        g,
+        a: &mut a[..],
+        b: &mut b[..],
+    };
+    if name.ends_with("_f32") {
+        w32.iter_mut()
+            .zip(g32.iter())
+            .zip(states)
+            .enumerate()
+            .map(|(i, ((w, g), ab))| part(i, Weights::F32(w), Grads::F32(g), ab))
+            .collect()
+    } else {
+        top.iter_mut()
+            .zip(trail.iter_mut())
+            .zip(g16.iter())
+            .zip(states)
+            .enumerate()
+            .map(|(i, (((top, trail), g), ab))| {
+                let w = Weights::Split {
+                    top,
+                    trail: &mut trail[..],
+                };
+                part(i, w, Grads::Bf16(g), ab)
+            })
+            .collect()
+    }
 }
 
 /// One group step of optimizer `name` over the whole model.
@@ -504,90 +563,63 @@ fn step(
     threads: &Threads,
     ws: &mut LambWorkspace,
 ) {
-    let Model {
-        top,
-        trail,
-        g16,
-        s: [s0, s1],
-        w32,
-        g32,
-    } = m;
-    let parts = top
-        .iter_mut()
-        .zip(trail.iter_mut())
-        .zip(g16.iter())
-        .zip(s0.iter_mut().zip(s1.iter_mut()))
-        .enumerate();
-    match name {
-        "sgd_split_bf16grad_f32momentum" => {
+    let parts = parts(name, m).into_iter();
+    match name.split('_').next().unwrap() {
+        "sgd" => {
             let cfg = SgdConfig {
                 lr: 1e-3,
                 momentum: 0.9,
                 ..Default::default()
             };
             let mut ts: Vec<_> = parts
-                .map(|(i, (((t, l), g), (a, _)))| SgdTensor {
-                    weights: split_weights(t, l),
-                    grads: Grads::Bf16(g),
-                    momentum: Some(State::F32(a)),
-                    stream: TensorStream::new(i as u32),
+                .map(|p| SgdTensor {
+                    weights: p.w,
+                    grads: p.g,
+                    momentum: Some(State::F32(p.a)),
+                    stream: p.stream,
                 })
                 .collect();
             e.step_group(&cfg, ctx, &mut ts, &mut (), threads).unwrap();
         }
-        "adagrad_split_bf16grad_f32sum" => {
+        "adagrad" => {
             let cfg = AdagradConfig::default();
             let mut ts: Vec<_> = parts
-                .map(|(i, (((t, l), g), (a, _)))| AdagradTensor {
-                    weights: split_weights(t, l),
-                    grads: Grads::Bf16(g),
-                    sum: State::F32(a),
-                    stream: TensorStream::new(i as u32),
+                .map(|p| AdagradTensor {
+                    weights: p.w,
+                    grads: p.g,
+                    sum: State::F32(p.a),
+                    stream: p.stream,
                 })
                 .collect();
             e.step_group(&cfg, ctx, &mut ts, &mut (), threads).unwrap();
         }
-        "adam_split_bf16grad_f32state" => {
-            let cfg = AdamConfig::adam(1e-3);
+        adam @ ("adam" | "adamw") => {
+            let cfg = if adam == "adam" {
+                AdamConfig::adam(1e-3)
+            } else {
+                AdamConfig::adamw(1e-3)
+            };
             let mut ts: Vec<_> = parts
-                .map(|(i, (((t, l), g), (a, b)))| AdamTensor {
-                    weights: split_weights(t, l),
-                    grads: Grads::Bf16(g),
-                    exp_avg: State::F32(a),
-                    exp_avg_sq: State::F32(b),
+                .map(|p| AdamTensor {
+                    weights: p.w,
+                    grads: p.g,
+                    exp_avg: State::F32(p.a),
+                    exp_avg_sq: State::F32(p.b),
                     max_exp_avg_sq: None,
-                    stream: TensorStream::new(i as u32),
+                    stream: p.stream,
                 })
                 .collect();
             e.step_group(&cfg, ctx, &mut ts, &mut (), threads).unwrap();
         }
-        "adamw_f32" => {
-            let cfg = AdamConfig::adamw(1e-3);
-            let mut ts: Vec<_> = w32
-                .iter_mut()
-                .zip(g32.iter())
-                .zip(s0.iter_mut().zip(s1.iter_mut()))
-                .enumerate()
-                .map(|(i, ((w, g), (a, b)))| AdamTensor {
-                    weights: Weights::F32(w),
-                    grads: Grads::F32(g),
-                    exp_avg: State::F32(a),
-                    exp_avg_sq: State::F32(b),
-                    max_exp_avg_sq: None,
-                    stream: TensorStream::new(i as u32),
-                })
-                .collect();
-            e.step_group(&cfg, ctx, &mut ts, &mut (), threads).unwrap();
-        }
-        "lamb_split_bf16grad_f32state" => {
+        "lamb" => {
             let cfg = LambConfig::default();
             let mut ts: Vec<_> = parts
-                .map(|(i, (((t, l), g), (a, b)))| LambTensor {
-                    weights: split_weights(t, l),
-                    grads: Grads::Bf16(g),
-                    exp_avg: State::F32(a),
-                    exp_avg_sq: State::F32(b),
-                    stream: TensorStream::new(i as u32),
+                .map(|p| LambTensor {
+                    weights: p.w,
+                    grads: p.g,
+                    exp_avg: State::F32(p.a),
+                    exp_avg_sq: State::F32(p.b),
+                    stream: p.stream,
                 })
                 .collect();
             if ws_too_small(ws, &ts) {
@@ -641,7 +673,10 @@ fn scaling(c: &mut Criterion) {
     for w in env_list("HALFSTEP_BENCH_WORKLOADS", "64K,256K,1M,4M,16M,64M,gpt2") {
         let sizes = workload(&w);
         let n: usize = sizes.iter().sum();
-        let mut model = Model::new(&sizes, wanted.iter().any(|o| o.starts_with("adamw")));
+        let f32_copies = OPTS.iter().any(|o| {
+            o.name.ends_with("_f32") && wanted.iter().any(|x| o.name.starts_with(x.as_str()))
+        });
+        let mut model = Model::new(&sizes, f32_copies);
         let mut ws = LambWorkspace::default();
         for o in OPTS
             .iter()
