@@ -1,9 +1,9 @@
 //! Thread scaling of group steps (criterion): each optimizer in IPEX's storage combination (split
-//! weights, bf16 gradients, f32 state) and SGD, Adagrad and AdamW all f32 (PyTorch's fused rows) over single tensors
-//! and over a GPT-2-small-shaped parameter list (148 tensors, 124.4M parameters), on pools of
-//! each thread count, next to a same-traffic copy loop run on the same pool (the roof). Trails,
-//! states and the roof's buffers lie as the PyTorch package places a parameter's states
-//! (`Placed::state_of`).
+//! weights, bf16 gradients, f32 state), and SGD, Adagrad and AdamW all f32 (PyTorch's fused rows),
+//! over single tensors and over a GPT-2-small-shaped parameter list (148 tensors, 124.4M
+//! parameters), on pools of each thread count, next to a same-traffic copy loop run on the same
+//! pool (the roof). Trails, states and the roof's buffers lie as the PyTorch package places a
+//! parameter's states (`Placed::state_of`).
 //!
 //! `cargo bench --bench parallel`; environment: `HALFSTEP_BENCH_THREADS=1,2` (pool sizes),
 //! `HALFSTEP_BENCH_WORKLOADS=64K,256K,1M,4M,16M,64M,gpt2` (workloads),
