@@ -512,8 +512,9 @@ struct Part<'a> {
 }
 
 /// The model's tensors in the layout of optimizer `name`: every buffer f32 for the `_f32` rows,
-/// else split weights with bf16 gradients (IPEX's).
-fn parts<'a>(name: &str, m: &'a mut Model) -> Vec<Part<'a>> {
+/// else split weights with bf16 gradients (IPEX's). An iterator, so that a step allocates no more
+/// than the tensor list the engine takes.
+fn parts<'a>(name: &str, m: &'a mut Model) -> impl Iterator<Item = Part<'a>> + 'a {
     let Model {
         top,
         trail,
@@ -522,36 +523,37 @@ fn parts<'a>(name: &str, m: &'a mut Model) -> Vec<Part<'a>> {
         w32,
         g32,
     } = m;
-    let states = s0.iter_mut().zip(s1.iter_mut());
-    let part = |i: usize, w, g, (a, b): (&'a mut Placed<f32>, &'a mut Placed<f32>)| Part {
-        stream: TensorStream::new(i as u32),
-        w,
-        g,
-        a: &mut a[..],
-        b: &mut b[..],
-    };
-    if name.ends_with("_f32") {
-        w32.iter_mut()
-            .zip(g32.iter())
-            .zip(states)
-            .enumerate()
-            .map(|(i, ((w, g), ab))| part(i, Weights::F32(w), Grads::F32(g), ab))
-            .collect()
-    } else {
-        top.iter_mut()
-            .zip(trail.iter_mut())
-            .zip(g16.iter())
-            .zip(states)
-            .enumerate()
-            .map(|(i, (((top, trail), g), ab))| {
-                let w = Weights::Split {
-                    top,
-                    trail: &mut trail[..],
-                };
-                part(i, w, Grads::Bf16(g), ab)
-            })
-            .collect()
-    }
+    let f32 = name.ends_with("_f32");
+    // Both layouts chained, the one not taken cut to nothing: one iterator type for either.
+    let only = |taken: bool| if taken { usize::MAX } else { 0 };
+    let f32_buffers = w32
+        .iter_mut()
+        .zip(g32.iter())
+        .take(only(f32))
+        .map(|(w, g)| (Weights::F32(w), Grads::F32(g)));
+    let split_buffers = top
+        .iter_mut()
+        .zip(trail.iter_mut())
+        .zip(g16.iter())
+        .take(only(!f32))
+        .map(|((top, trail), g)| {
+            let w = Weights::Split {
+                top,
+                trail: &mut trail[..],
+            };
+            (w, Grads::Bf16(g))
+        });
+    f32_buffers
+        .chain(split_buffers)
+        .zip(s0.iter_mut().zip(s1.iter_mut()))
+        .enumerate()
+        .map(|(i, ((w, g), (a, b)))| Part {
+            stream: TensorStream::new(i as u32),
+            w,
+            g,
+            a: &mut a[..],
+            b: &mut b[..],
+        })
 }
 
 /// One group step of optimizer `name` over the whole model.
@@ -563,7 +565,7 @@ fn step(
     threads: &Threads,
     ws: &mut LambWorkspace,
 ) {
-    let parts = parts(name, m).into_iter();
+    let parts = parts(name, m);
     match name.split('_').next().unwrap() {
         "sgd" => {
             let cfg = SgdConfig {
