@@ -37,9 +37,15 @@ pub(super) trait ElementOp<V: Simd> {
     /// vectors across the chunks ([`compute_group`]), rather than each chunk tested as it is
     /// computed.
     const NAN_TEST_PER_GROUP: bool = true;
-    /// Whether `apply` rounds values as they will be stored (LAMB's `Access::as_stored`): the
-    /// driver then hands it the bits it drew for the chunk's stores (`apply`'s `drawn`).
+    /// Whether `apply` rounds values as they will be stored (LAMB's `Access::as_stored`) and
+    /// leaves those for the stores: the driver then hands it the bits it drew for the chunk's
+    /// stores (`apply`'s `drawn`), and the stores zero bits, since a bf16 value's rounding adds
+    /// nothing to it (the drawn bits' registers are then free from the group's arithmetic on).
     const ROUNDS_IN_APPLY: bool = false;
+    /// Whether `apply` canonicalises states 0 and 1 itself where either may round
+    /// stochastically (LAMB: its rounding in `apply` takes canonical NaNs), so that the driver's
+    /// NaN test ([`nan_tested`]) leaves them out.
+    const CANONICAL_DRAWN_STATES: bool = false;
     /// Whether `apply` treats each lane alone, whatever element it holds: the driver may then
     /// hand it a pair of chunks in even/odd order (`Driver::EVEN_ODD`). Not LAMB's first pass,
     /// whose sums of squares go to lanes by element index (SPEC.md §7).
@@ -294,6 +300,7 @@ unsafe fn store_vals<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     drawn: Drawn<V>,
 ) {
     unsafe {
+        let drawn = stored_bits::<V, O>(drawn);
         let [r0, r1, r2] = &mut b.rng_s;
         // Gathered per buffer (no closures: see `NanAcc::push_stored`), and stored in the reverse
         // of the order loaded: of two buffers whose lines collide, the one loaded last is the one
@@ -323,6 +330,18 @@ unsafe fn store_vals<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
             });
             c.w.store_group::<G>(off, &x, &mut b.rng_w, e, drawn[0]);
         }
+    }
+}
+
+/// The bits a group's stores take: those `drawn` for them, or zeros for every store where
+/// `apply` left the values as stored ([`ElementOp::ROUNDS_IN_APPLY`]), which a bf16 store then
+/// writes without reading a block's bits or adding.
+#[inline(always)]
+fn stored_bits<V: Simd, O: ElementOp<V>>(drawn: Drawn<V>) -> Drawn<V> {
+    if const { O::ROUNDS_IN_APPLY } {
+        [Some([unsafe { V::splat_u(0) }; 2]); 4]
+    } else {
+        drawn
     }
 }
 
@@ -374,9 +393,10 @@ unsafe fn compute<V: Simd, L: Layout<V>, O: ElementOp<V>>(
 /// the FMAs use on Zen 4).
 #[inline(always)]
 const fn nan_tested<V: Simd, L: Layout<V>, O: ElementOp<V>>() -> [bool; 4] {
+    let done = O::CANONICAL_DRAWN_STATES && (L::S0::MAY_DRAW_BITS || L::S1::MAY_DRAW_BITS);
     let canon = [
-        O::WRITE_S[0] && L::S0::CANONICAL,
-        O::WRITE_S[1] && L::S1::CANONICAL,
+        O::WRITE_S[0] && L::S0::CANONICAL && !done,
+        O::WRITE_S[1] && L::S1::CANONICAL && !done,
         O::WRITE_S[2] && L::S2::CANONICAL,
         O::WRITE_W && L::W::CANONICAL,
     ];

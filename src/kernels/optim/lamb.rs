@@ -114,6 +114,7 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
     const WRITE_W: bool = false;
     const WRITE_S: [bool; 3] = [true, true, KEEP];
     const ROUNDS_IN_APPLY: bool = true;
+    const CANONICAL_DRAWN_STATES: bool = true;
     const BY_LANE: bool = false;
     const READ_S: [bool; 3] = [true, true, false];
 
@@ -140,8 +141,9 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
             // Staged lanes outside the slice hold zeros, so they add +0 to both sums.
             let u = self.k.direction(v.p, m_stored, v_stored);
             self.norms.add(v.p, u, e);
-            v.s[0] = m;
-            v.s[1] = vv;
+            // As stored: their stores then add nothing (`ElementOp::ROUNDS_IN_APPLY`).
+            v.s[0] = m_stored;
+            v.s[1] = v_stored;
             v.s[2] = u;
         }
     }

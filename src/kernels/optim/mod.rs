@@ -582,6 +582,16 @@ impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
                 };
                 return V::store_u16_high_pair(self.0.offset(off), [first, second]);
             }
+            // Bits given for chunks stored one by one: zeros for values already as stored
+            // (`ElementOp::ROUNDS_IN_APPLY`), so no block is read.
+            if let (Some(r), true) = (drawn, G <= 2) {
+                unrolled!(G, i => {
+                    // `min`: `i` is 0 or 1 here, but the copies for larger groups must compile.
+                    let high = self.rounded_high_with::<V>(vs[i], r[i.min(1)]);
+                    V::store_u16_high(self.0.offset(off + (i * V::LANES) as isize), high);
+                });
+                return;
+            }
             store_chunks::<V, Self, G>(self, off, vs, rng, e)
         }
     }
