@@ -426,6 +426,40 @@ pub(crate) trait Simd: Copy + 'static {
     /// (`lane0` is `e mod 16` of the first lane, a multiple of `LANES`).
     unsafe fn acc_add_squares(acc: Self::Acc, x: Self::F, lane0: usize) -> Self::Acc;
     unsafe fn acc_lanes(acc: Self::Acc) -> [f64; 16];
+    /// The accumulator whose [`Simd::acc_lanes`] are `lanes`.
+    unsafe fn acc_from_lanes(lanes: [f64; 16]) -> Self::Acc;
+    /// [`Simd::acc_add_squares`] of a pair of chunks in even/odd order (lane `l` of `even` holds
+    /// the pair's element `2l`, of `odd` element `2l + 1`; `lane0` is `e mod 16` of its first
+    /// element), into an accumulator in the even/odd layout: its lane `k` ([`Simd::acc_lanes`])
+    /// holds reduction lane `2k` for `k < 8` and `2(k - 8) + 1` for `k >= 8`. Each reduction lane
+    /// takes its elements in index order, as in element order. By default through the lanes; the
+    /// backends that take pairs in even/odd order have their own.
+    #[inline(always)]
+    unsafe fn acc_add_squares_even_odd(
+        acc: Self::Acc,
+        even: Self::F,
+        odd: Self::F,
+        lane0: usize,
+    ) -> Self::Acc {
+        unsafe {
+            let mut a = Self::acc_lanes(acc);
+            let (even, odd) = (
+                u32_lanes::<Self>(Self::to_bits(even)),
+                u32_lanes::<Self>(Self::to_bits(odd)),
+            );
+            for l in 0..Self::LANES {
+                let k = (lane0 + 2 * l) % 16 / 2;
+                // The square of an f32 is exact in f64, so this equals the fused form.
+                let (x, y) = (
+                    f64::from(f32::from_bits(even[l])),
+                    f64::from(f32::from_bits(odd[l])),
+                );
+                a[k] += x * x;
+                a[8 + k] += y * y;
+            }
+            Self::acc_from_lanes(a)
+        }
+    }
 }
 
 /// Checks of the backends' primitives, run by `tests/internals.rs` through
@@ -506,6 +540,49 @@ pub(crate) mod checks {
                 for l in 0..V::LANES {
                     assert_eq!(even[l], u32::from(top[2 * l]), "{name}: chunks even {l}");
                     assert_eq!(odd[l], u32::from(top[2 * l + 1]), "{name}: chunks odd {l}");
+                }
+                // Sums of squares of four pairs of chunks, in element order and in even/odd order:
+                // the same sums (bit for bit) in each reduction lane, laid out apart. Magnitudes
+                // 2^-30 .. 2^30, so that the f64 sums round and their order shows.
+                let x = |i: usize| {
+                    let exponent = 97 + u32::from(value(i, 5)) % 60;
+                    f32::from_bits(exponent << 23 | u32::from(value(i, 4)) << 7)
+                };
+                for lane0 in (0..16).step_by(2 * V::LANES) {
+                    let from =
+                        |f: &dyn Fn(usize) -> f32| V::from_bits(vector::<V>(|l| f(l).to_bits()));
+                    let mut by_element = V::acc_zero();
+                    let mut even_odd = V::acc_zero();
+                    for pair in 0..4 {
+                        let at = |i: usize| x(n * pair + i);
+                        by_element = V::acc_add_squares(by_element, from(&at), lane0);
+                        by_element = V::acc_add_squares(
+                            by_element,
+                            from(&|l| at(V::LANES + l)),
+                            lane0 + V::LANES,
+                        );
+                        even_odd = V::acc_add_squares_even_odd(
+                            even_odd,
+                            from(&|l| at(2 * l)),
+                            from(&|l| at(2 * l + 1)),
+                            lane0,
+                        );
+                    }
+                    let (a, b) = (V::acc_lanes(by_element), V::acc_lanes(even_odd));
+                    for k in 0..8 {
+                        assert_eq!(a[2 * k].to_bits(), b[k].to_bits(), "{name}: sums even {k}");
+                        assert_eq!(
+                            a[2 * k + 1].to_bits(),
+                            b[8 + k].to_bits(),
+                            "{name}: sums odd {k}"
+                        );
+                    }
+                    let back = V::acc_lanes(V::acc_from_lanes(a));
+                    assert_eq!(
+                        a.map(f64::to_bits),
+                        back.map(f64::to_bits),
+                        "{name}: from lanes"
+                    );
                 }
             }
         }

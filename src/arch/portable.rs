@@ -274,4 +274,8 @@ impl Simd for Portable {
     unsafe fn acc_lanes(acc: [f64; 16]) -> [f64; 16] {
         acc
     }
+    #[inline(always)]
+    unsafe fn acc_from_lanes(lanes: [f64; 16]) -> [f64; 16] {
+        lanes
+    }
 }

@@ -276,4 +276,8 @@ impl Simd for Neon {
             out
         }
     }
+    #[inline(always)]
+    unsafe fn acc_from_lanes(lanes: [f64; 16]) -> [float64x2_t; 8] {
+        unsafe { core::array::from_fn(|i| vld1q_f64(lanes.as_ptr().add(2 * i))) }
+    }
 }

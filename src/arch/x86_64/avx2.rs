@@ -424,6 +424,10 @@ impl Simd for Avx2 {
             out
         }
     }
+    #[inline(always)]
+    unsafe fn acc_from_lanes(lanes: [f64; 16]) -> [__m256d; 4] {
+        unsafe { core::array::from_fn(|i| _mm256_loadu_pd(lanes.as_ptr().add(4 * i))) }
+    }
 }
 
 /// One AES round on both 128-bit halves of `x` (`VAESENC`). `asm!`, because the intrinsic needs

@@ -386,6 +386,41 @@ impl Simd for Avx512 {
             out
         }
     }
+    #[inline(always)]
+    unsafe fn acc_from_lanes(lanes: [f64; 16]) -> [__m512d; 2] {
+        unsafe {
+            [
+                _mm512_loadu_pd(lanes.as_ptr()),
+                _mm512_loadu_pd(lanes.as_ptr().add(8)),
+            ]
+        }
+    }
+    /// A pair is 32 elements from a multiple of 32 (`lane0` is 0): the even elements' low and
+    /// high halves are reduction lanes 0, 2, ..., 14 both, the low half first.
+    #[inline(always)]
+    unsafe fn acc_add_squares_even_odd(
+        acc: [__m512d; 2],
+        even: __m512,
+        odd: __m512,
+        lane0: usize,
+    ) -> [__m512d; 2] {
+        unsafe {
+            debug_assert_eq!(lane0, 0);
+            let halves = |x: __m512| {
+                (
+                    _mm512_cvtps_pd(_mm512_castps512_ps256(x)),
+                    _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                        _mm512_castps_pd(x),
+                    ))),
+                )
+            };
+            let ((el, eh), (ol, oh)) = (halves(even), halves(odd));
+            [
+                _mm512_fmadd_pd(eh, eh, _mm512_fmadd_pd(el, el, acc[0])),
+                _mm512_fmadd_pd(oh, oh, _mm512_fmadd_pd(ol, ol, acc[1])),
+            ]
+        }
+    }
 }
 
 /// `vpermw` indices, as a vector.

@@ -50,6 +50,11 @@ pub(super) trait ElementOp<V: Simd> {
     /// hand it a pair of chunks in even/odd order (`Driver::EVEN_ODD`). Not LAMB's first pass,
     /// whose sums of squares go to lanes by element index (SPEC.md §7).
     const BY_LANE: bool = true;
+    /// Whether an op that does not treat each lane alone takes a pair of chunks in even/odd
+    /// order through [`ElementOp::apply_even_odd`] (LAMB's first pass, which sums the pair's
+    /// squares in the even/odd layout, `Simd::acc_add_squares_even_odd`). Only where the driver
+    /// draws a group's bits in order (`Driver::EVEN_ODD`): its pairs are whole 32-element groups.
+    const EVEN_ODD_PAIRS: bool = false;
     /// Transforms the loaded values of the chunk at global index `e`. `drawn` holds the bits the
     /// driver has drawn for the chunk's stochastic stores, where it has ([`ChunkBits`]): an op
     /// that rounds a value as it will be stored (LAMB's `Access::as_stored`) takes those.
@@ -60,6 +65,23 @@ pub(super) trait ElementOp<V: Simd> {
         b: &mut Bufs<V, L>,
         drawn: ChunkBits<V>,
     );
+    /// `apply` on a pair of chunks in even/odd order from global `e` (lane `l` of `x` holds
+    /// element `e + 2l`, of `y` element `e + 2l + 1`), with the bits drawn for each. By default
+    /// each alone, as for an op that treats each lane alone ([`ElementOp::BY_LANE`]).
+    #[inline(always)]
+    unsafe fn apply_even_odd<L: Layout<V>>(
+        &mut self,
+        x: &mut Vals<V>,
+        y: &mut Vals<V>,
+        e: u64,
+        b: &mut Bufs<V, L>,
+        drawn: [ChunkBits<V>; 2],
+    ) {
+        unsafe {
+            self.apply(x, e, b, drawn[0]);
+            self.apply(y, e + V::LANES as u64, b, drawn[1]);
+        }
+    }
 }
 
 /// The buffers one chunk reads and writes (the tensor's, or a stage's).
@@ -195,6 +217,7 @@ unsafe fn store_even_odd<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>
 ) {
     unsafe {
         debug_assert_eq!(G, 2);
+        let drawn = stored_bits::<V, O>(drawn);
         let (x, y) = (&vs[0], &vs[G - 1]);
         let [r0, r1, r2] = &mut b.rng_s;
         // In the reverse of the order loaded, as `store_vals`.
@@ -238,16 +261,17 @@ unsafe fn finish_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     e: u64,
 ) {
     unsafe {
-        compute_group::<V, L, O, G>(op, b, &mut vs, e, &[None; 4]);
+        compute_group::<V, L, O, G, false>(op, b, &mut vs, e, &[None; 4]);
         store_vals::<V, L, O, G>(b, c, vs, off, e, [None; 4]);
     }
 }
 
 /// [`compute`] on each of `G` consecutive chunks from global `e`, in order, each with its part
 /// of the bits `drawn` for the group's stores; with one NaN test for the group where the op
-/// allows ([`ElementOp::NAN_TEST_PER_GROUP`]).
+/// allows ([`ElementOp::NAN_TEST_PER_GROUP`]). `EO`: the group is a pair in even/odd order, which
+/// an op that does not treat each lane alone takes whole ([`ElementOp::apply_even_odd`]).
 #[inline(always)]
-unsafe fn compute_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
+unsafe fn compute_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize, const EO: bool>(
     op: &mut O,
     b: &mut Bufs<V, L>,
     vs: &mut [Vals<V>; G],
@@ -255,21 +279,22 @@ unsafe fn compute_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
     drawn: &Drawn<V>,
 ) {
     unsafe {
-        unrolled!(G, i => {
-            // Only for an op that takes them: built for every op, the unused bits cost the
-            // portable steps 13-22% more instructions and AVX2's Adam 4% (gungraun).
-            let bits = if const { O::ROUNDS_IN_APPLY } {
-                chunk_bits::<V>(drawn, i)
-            } else {
-                [None; 4]
-            };
-            let ei = e + (i * V::LANES) as u64;
-            if const { O::NAN_TEST_PER_GROUP } {
-                op.apply(&mut vs[i], ei, b, bits);
-            } else {
-                compute::<V, L, O>(op, b, &mut vs[i], ei, bits);
-            }
-        });
+        if const { EO && !O::BY_LANE } {
+            debug_assert!(G == 2 && O::NAN_TEST_PER_GROUP);
+            let bits = [apply_bits::<V, O>(drawn, 0), apply_bits::<V, O>(drawn, 1)];
+            let (x, y) = vs.split_at_mut(1);
+            op.apply_even_odd(&mut x[0], &mut y[0], e, b, bits);
+        } else {
+            unrolled!(G, i => {
+                let bits = apply_bits::<V, O>(drawn, i);
+                let ei = e + (i * V::LANES) as u64;
+                if const { O::NAN_TEST_PER_GROUP } {
+                    op.apply(&mut vs[i], ei, b, bits);
+                } else {
+                    compute::<V, L, O>(op, b, &mut vs[i], ei, bits);
+                }
+            });
+        }
         if const { O::NAN_TEST_PER_GROUP } {
             // The group's tested vectors pair across its chunks: a pair of chunks whose weights'
             // NaNs cover the states' takes one compare where each chunk took one (a compare
@@ -330,6 +355,18 @@ unsafe fn store_vals<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
             });
             c.w.store_group::<G>(off, &x, &mut b.rng_w, e, drawn[0]);
         }
+    }
+}
+
+/// Chunk `i`'s part of the bits `drawn`, for an op that takes them in `apply`
+/// ([`ElementOp::ROUNDS_IN_APPLY`]): built for every op, the unused bits cost the portable steps
+/// 13-22% more instructions and AVX2's Adam 4% (gungraun).
+#[inline(always)]
+fn apply_bits<V: Simd, O: ElementOp<V>>(drawn: &Drawn<V>, i: usize) -> ChunkBits<V> {
+    if const { O::ROUNDS_IN_APPLY } {
+        chunk_bits::<V>(drawn, i)
+    } else {
+        [None; 4]
     }
 }
 
@@ -688,14 +725,15 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// vectors convert with no shuffle, where element order takes one or two per line (on Zen 4
     /// the shuffles share pipes with the FMAs and AES rounds). Where the backend takes this
     /// order ([`crate::arch::Simd::EVEN_ODD`]), every buffer is 16-bit or absent, the op treats
-    /// each lane alone, and the stores' bits, if any, can follow: drawn in this order by
-    /// the in-order loop ([`Self::PAIRED_DRAWS`]), or two chunks' bits from the block put in it
-    /// (AVX2, [`RoundingBits::for_rounding_even_odd`]). Same bits: each element meets the same
-    /// values and bits as in element order.
+    /// each lane alone (or takes the pair whole, where the pairs are whole groups drawn in order:
+    /// [`ElementOp::EVEN_ODD_PAIRS`]), and the stores' bits, if any, can follow: drawn in this
+    /// order by the in-order loop ([`Self::PAIRED_DRAWS`]), or two chunks' bits from the block put
+    /// in it (AVX2, [`RoundingBits::for_rounding_even_odd`]). Same bits: each element meets the
+    /// same values and bits as in element order.
     const EVEN_ODD: bool = V::EVEN_ODD
         && V::STORE_GROUP == 2
         && L::EVEN_ODD
-        && O::BY_LANE
+        && (O::BY_LANE || O::EVEN_ODD_PAIRS && Self::PAIRED_DRAWS)
         && (!Self::STORES_MAY_DRAW || Self::PAIRED_DRAWS || V::RNG_BLOCK);
 
     /// Which buffers the op stores round stochastically in this call ([`Self::STORED_MAY_DRAW`]'s
@@ -925,11 +963,28 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         }
     }
 
+    /// [`compute_group`] for the grouped loop, in even/odd order where [`Self::EVEN_ODD`].
+    #[inline(always)]
+    unsafe fn compute_g<const G: usize>(
+        &mut self,
+        vs: &mut [Vals<V>; G],
+        e: u64,
+        drawn: &Drawn<V>,
+    ) {
+        unsafe {
+            if const { Self::EVEN_ODD } {
+                compute_group::<V, L, O, G, true>(self.op, self.b, vs, e, drawn)
+            } else {
+                compute_group::<V, L, O, G, false>(self.op, self.b, vs, e, drawn)
+            }
+        }
+    }
+
     /// [`finish_group`] for the grouped loop, in even/odd order where [`Self::EVEN_ODD`].
     #[inline(always)]
     unsafe fn finish_g<const G: usize>(&mut self, mut vs: [Vals<V>; G], off: isize, e: u64) {
         unsafe {
-            compute_group::<V, L, O, G>(self.op, self.b, &mut vs, e, &[None; 4]);
+            self.compute_g::<G>(&mut vs, e, &[None; 4]);
             self.store_g::<G>(vs, off, e, [None; 4]);
         }
     }
@@ -968,7 +1023,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                         next_drawn = self.draw_pairs(d);
                         d.advance();
                     }
-                    compute_group::<V, L, O, G>(self.op, self.b, &mut cur, e, &cur_drawn);
+                    self.compute_g::<G>(&mut cur, e, &cur_drawn);
                 }
                 while e + gl < last {
                     if self.prefetch {
@@ -984,13 +1039,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                             let drawn = self.draw_pairs(d);
                             d.advance();
                             let mut next = self.load_g::<G>(off + gl as isize);
-                            compute_group::<V, L, O, G>(
-                                self.op,
-                                self.b,
-                                &mut next,
-                                e + gl,
-                                &next_drawn,
-                            );
+                            self.compute_g::<G>(&mut next, e + gl, &next_drawn);
                             self.store_g::<G>(cur, off, e, cur_drawn);
                             (cur_drawn, next_drawn) = (next_drawn, drawn);
                             cur = next;

@@ -40,6 +40,9 @@ struct BlockNorms<V: Simd> {
     block: u64,
     first: u64,
     out: *mut [f64; 2],
+    /// Whether the sums are in the even/odd layout (`Simd::acc_add_squares_even_odd`), as the
+    /// last pair added left them; a run's chunks alone take element order.
+    even_odd: bool,
 }
 
 impl<V: Simd> BlockNorms<V> {
@@ -52,21 +55,82 @@ impl<V: Simd> BlockNorms<V> {
                 block: u64::MAX,
                 first: base / NORM_BLOCK as u64,
                 out,
+                even_odd: false,
             }
         }
     }
 
+    /// Starts the block of element `e` where it is not the current one.
     #[inline(always)]
-    unsafe fn add(&mut self, p: V::F, u: V::F, e: u64) {
+    unsafe fn enter(&mut self, e: u64) {
         unsafe {
             let block = e / NORM_BLOCK as u64;
             if block != self.block {
                 self.close();
                 self.block = block;
             }
+        }
+    }
+
+    /// Adds a chunk in element order; `EO`: pairs in even/odd order may have come before (the
+    /// layout's buffers take that order), so the sums may have to change layout first.
+    #[inline(always)]
+    unsafe fn add<const EO: bool>(&mut self, p: V::F, u: V::F, e: u64) {
+        unsafe {
+            self.enter(e);
+            if EO && self.even_odd {
+                self.relayout(false);
+            }
             let lane = (e % NORM_LANES as u64) as usize;
             self.p = V::acc_add_squares(self.p, p, lane);
             self.u = V::acc_add_squares(self.u, u, lane);
+        }
+    }
+
+    /// [`Self::add`] of a pair of chunks in even/odd order from `e` (a whole group, which no
+    /// block edge cuts: `NORM_BLOCK` is a multiple of 32).
+    #[inline(always)]
+    unsafe fn add_even_odd(&mut self, p: [V::F; 2], u: [V::F; 2], e: u64) {
+        unsafe {
+            self.enter(e);
+            if !self.even_odd {
+                self.relayout(true);
+            }
+            let lane = (e % NORM_LANES as u64) as usize;
+            self.p = V::acc_add_squares_even_odd(self.p, p[0], p[1], lane);
+            self.u = V::acc_add_squares_even_odd(self.u, u[0], u[1], lane);
+        }
+    }
+
+    /// Puts the sums in the even/odd layout (`even_odd`) or in element order, at the ends of a
+    /// run. Inlined: out of line, the call took the sums' address, and the loop kept them in
+    /// memory.
+    #[inline(always)]
+    unsafe fn relayout(&mut self, even_odd: bool) {
+        unsafe {
+            let order = |acc: V::Acc| {
+                let a = V::acc_lanes(acc);
+                V::acc_from_lanes(if even_odd {
+                    core::array::from_fn(|k| a[if k < 8 { 2 * k } else { 2 * (k - 8) + 1 }])
+                } else {
+                    in_element_order(a)
+                })
+            };
+            (self.p, self.u) = (order(self.p), order(self.u));
+            self.even_odd = even_odd;
+        }
+    }
+
+    /// The reduction lanes of `acc`, in order.
+    #[inline(always)]
+    unsafe fn lanes(&self, acc: V::Acc) -> [f64; 16] {
+        unsafe {
+            let a = V::acc_lanes(acc);
+            if self.even_odd {
+                in_element_order(a)
+            } else {
+                a
+            }
         }
     }
 
@@ -75,14 +139,20 @@ impl<V: Simd> BlockNorms<V> {
         unsafe {
             if self.block != u64::MAX {
                 *self.out.add((self.block - self.first) as usize) = [
-                    fold_lanes(V::acc_lanes(self.p)),
-                    fold_lanes(V::acc_lanes(self.u)),
+                    fold_lanes(self.lanes(self.p)),
+                    fold_lanes(self.lanes(self.u)),
                 ];
                 self.p = V::acc_zero();
                 self.u = V::acc_zero();
             }
         }
     }
+}
+
+/// Reduction lanes in order from the even/odd layout (`Simd::acc_add_squares_even_odd`).
+#[inline(always)]
+fn in_element_order(a: [f64; 16]) -> [f64; 16] {
+    core::array::from_fn(|l| a[l / 2 + 8 * (l % 2)])
 }
 
 /// Pass 1: moments, and the norms of p and of u computed from the moments as stored; with
@@ -110,22 +180,16 @@ impl<V: Simd, const KEEP: bool> LambPass1<V, KEEP> {
     }
 }
 
-impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
-    const WRITE_W: bool = false;
-    const WRITE_S: [bool; 3] = [true, true, KEEP];
-    const ROUNDS_IN_APPLY: bool = true;
-    const CANONICAL_DRAWN_STATES: bool = true;
-    const BY_LANE: bool = false;
-    const READ_S: [bool; 3] = [true, true, false];
-
+impl<V: Simd, const KEEP: bool> LambPass1<V, KEEP> {
+    /// The moments of one vector of values, left in `v` as stored; returns u (also in `v.s[2]`).
     #[inline(always)]
-    unsafe fn apply<L: Layout<V>>(
+    unsafe fn moments_and_direction<L: Layout<V>>(
         &mut self,
         v: &mut Vals<V>,
         e: u64,
         b: &mut Bufs<V, L>,
         drawn: ChunkBits<V>,
-    ) {
+    ) -> V::F {
         unsafe {
             let (mut m, mut vv) =
                 moments::<V>(self.omb1, self.beta2, self.omb2, v.g, v.s[0], v.s[1]);
@@ -138,13 +202,57 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
             let [r0, r1, _] = &mut b.rng_s;
             let m_stored = b.s0.as_stored(m, r0, e, drawn[1]);
             let v_stored = b.s1.as_stored(vv, r1, e, drawn[2]);
-            // Staged lanes outside the slice hold zeros, so they add +0 to both sums.
             let u = self.k.direction(v.p, m_stored, v_stored);
-            self.norms.add(v.p, u, e);
             // As stored: their stores then add nothing (`ElementOp::ROUNDS_IN_APPLY`).
             v.s[0] = m_stored;
             v.s[1] = v_stored;
             v.s[2] = u;
+            u
+        }
+    }
+}
+
+impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
+    const WRITE_W: bool = false;
+    const WRITE_S: [bool; 3] = [true, true, KEEP];
+    const ROUNDS_IN_APPLY: bool = true;
+    const CANONICAL_DRAWN_STATES: bool = true;
+    const BY_LANE: bool = false;
+    const EVEN_ODD_PAIRS: bool = true;
+    const READ_S: [bool; 3] = [true, true, false];
+
+    #[inline(always)]
+    unsafe fn apply<L: Layout<V>>(
+        &mut self,
+        v: &mut Vals<V>,
+        e: u64,
+        b: &mut Bufs<V, L>,
+        drawn: ChunkBits<V>,
+    ) {
+        unsafe {
+            let u = self.moments_and_direction(v, e, b, drawn);
+            // Staged lanes outside the slice hold zeros, so they add +0 to both sums.
+            if const { L::EVEN_ODD } {
+                self.norms.add::<true>(v.p, u, e);
+            } else {
+                self.norms.add::<false>(v.p, u, e);
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn apply_even_odd<L: Layout<V>>(
+        &mut self,
+        x: &mut Vals<V>,
+        y: &mut Vals<V>,
+        e: u64,
+        b: &mut Bufs<V, L>,
+        drawn: [ChunkBits<V>; 2],
+    ) {
+        unsafe {
+            let ux = self.moments_and_direction(x, e, b, drawn[0]);
+            let uy = self.moments_and_direction(y, e + V::LANES as u64, b, drawn[1]);
+            self.norms.add_even_odd([x.p, y.p], [ux, uy], e);
         }
     }
 }
