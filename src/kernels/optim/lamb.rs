@@ -231,8 +231,10 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
     ) {
         unsafe {
             let u = self.moments_and_direction(v, e, b, drawn);
-            // Staged lanes outside the slice hold zeros, so they add +0 to both sums.
-            if const { L::EVEN_ODD } {
+            // Staged lanes outside the slice hold zeros, so they add +0 to both sums. Pairs in
+            // even/odd order may have come before only where the driver can take them
+            // (`Driver::EVEN_ODD`: paired draws, so paired 16-bit stores).
+            if const { L::EVEN_ODD && V::EVEN_ODD && V::PAIRED_U16 } {
                 self.norms.add::<true>(v.p, u, e);
             } else {
                 self.norms.add::<false>(v.p, u, e);
