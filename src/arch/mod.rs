@@ -18,6 +18,19 @@ pub(crate) mod x86_64;
 /// The largest lane count of any backend (AVX-512).
 pub(crate) const MAX_LANES: usize = 16;
 
+/// Reduction lanes (in order) laid out as [`Simd::acc_add_squares_even_odd`]'s accumulator holds
+/// them: lane `k` of the result is reduction lane `2k` for `k < 8`, `2(k - 8) + 1` for `k >= 8`.
+#[inline(always)]
+pub(crate) fn even_odd_layout(a: [f64; 16]) -> [f64; 16] {
+    core::array::from_fn(|k| a[if k < 8 { 2 * k } else { 2 * (k - 8) + 1 }])
+}
+
+/// The inverse of [`even_odd_layout`]: the reduction lanes in order.
+#[inline(always)]
+pub(crate) fn from_even_odd_layout(a: [f64; 16]) -> [f64; 16] {
+    core::array::from_fn(|l| a[l / 2 + 8 * (l % 2)])
+}
+
 /// The lanes of `x` (the first `V::LANES` of the array; the rest zero), for set-up code and
 /// checks, not loops.
 #[inline(always)]
@@ -430,8 +443,8 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn acc_from_lanes(lanes: [f64; 16]) -> Self::Acc;
     /// [`Simd::acc_add_squares`] of a pair of chunks in even/odd order (lane `l` of `even` holds
     /// the pair's element `2l`, of `odd` element `2l + 1`; `lane0` is `e mod 16` of its first
-    /// element), into an accumulator in the even/odd layout: its lane `k` ([`Simd::acc_lanes`])
-    /// holds reduction lane `2k` for `k < 8` and `2(k - 8) + 1` for `k >= 8`. Each reduction lane
+    /// element), into an accumulator in the even/odd layout ([`even_odd_layout`]): its lane `k`
+    /// ([`Simd::acc_lanes`]) holds reduction lane `2k` for `k < 8` and `2(k - 8) + 1` for `k >= 8`. Each reduction lane
     /// takes its elements in index order, as in element order. By default through the lanes; the
     /// backends that take pairs in even/odd order have their own.
     #[inline(always)]

@@ -311,7 +311,7 @@ pub fn compare_step(step: &OptimizerStep, data: &TensorData) -> Result<(), Strin
         TensorData::bits,
         |e, d| step.run(e, d),
     )?;
-    if let OptimizerStep::Lamb(_) = step {
+    if let OptimizerStep::Lamb(cfg) = step {
         // A group step keeps each direction from pass 1 for pass 2 in its workspace (small
         // groups); the single-tensor step recomputes it. Both must give the reference's bits.
         compare(
@@ -320,8 +320,51 @@ pub fn compare_step(step: &OptimizerStep, data: &TensorData) -> Result<(), Strin
             TensorData::bits,
             |e, d| step.run_group(e, core::slice::from_mut(d), &Threads::current()),
         )?;
+        // Pass 1's block sums themselves: an error in their order or lanes seldom reaches the
+        // weights, since the trust ratio is rounded to f32.
+        compare(
+            &(step, data.c, data.kinds, "pass 1's block sums"),
+            data,
+            TensorData::bits,
+            |e, d| lamb_block_sums(cfg, e, d),
+        )?;
     }
     Ok(())
+}
+
+/// LAMB's pass 1 alone over `d` on `e` (the moments stored, as the step stores them): the bits
+/// of each norm block's sums of squares of p and of u, every NaN as one (a NaN sum makes the
+/// trust ratio NaN whatever its payload: SPEC.md §6.5, only its being NaN is observable).
+fn lamb_block_sums(
+    cfg: &LambConfig,
+    e: Engine,
+    d: &mut TensorData,
+) -> crate::Result<Vec<[u64; 2]>> {
+    use crate::optim::Step;
+    let c = d.c;
+    let (weights, grads, [s0, s1, _]) = d.views();
+    let mut t = LambTensor {
+        weights,
+        grads,
+        exp_avg: s0,
+        exp_avg_sq: s1,
+        stream: c.stream,
+    };
+    // The checks of the step (`Step::step_one`), so that pass 1 sees only what it would.
+    Step::validate(cfg)?;
+    crate::optim::require_step(&c.ctx)?;
+    cfg.check_tensor(&t)?;
+    let mut sums =
+        vec![[0.0f64; 2]; crate::reference::norm::spanned_blocks(c.stream.index_base, c.len)];
+    (e.k.lamb_pass1)(&cfg.consts(c.ctx.step), &c.ctx, &mut t, &mut sums, None);
+    let bits = |x: f64| {
+        if x.is_nan() {
+            f64::NAN.to_bits()
+        } else {
+            x.to_bits()
+        }
+    };
+    Ok(sums.iter().map(|s| s.map(bits)).collect())
 }
 
 pub(super) fn sgd(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {

@@ -64,7 +64,7 @@ fn require_eps(value: f32) -> Result<()> {
     )
 }
 
-fn require_step(ctx: &StepContext) -> Result<()> {
+pub(crate) fn require_step(ctx: &StepContext) -> Result<()> {
     if ctx.step == 0 {
         return Err(Error::StepZero);
     }

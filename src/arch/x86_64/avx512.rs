@@ -367,10 +367,7 @@ impl Simd for Avx512 {
     #[inline(always)]
     unsafe fn acc_add_squares(acc: [__m512d; 2], x: __m512, _lane0: usize) -> [__m512d; 2] {
         unsafe {
-            let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-            let hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
-                _mm512_castps_pd(x),
-            )));
+            let (lo, hi) = widen_halves(x);
             [
                 _mm512_fmadd_pd(lo, lo, acc[0]),
                 _mm512_fmadd_pd(hi, hi, acc[1]),
@@ -406,20 +403,25 @@ impl Simd for Avx512 {
     ) -> [__m512d; 2] {
         unsafe {
             debug_assert_eq!(lane0, 0);
-            let halves = |x: __m512| {
-                (
-                    _mm512_cvtps_pd(_mm512_castps512_ps256(x)),
-                    _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
-                        _mm512_castps_pd(x),
-                    ))),
-                )
-            };
-            let ((el, eh), (ol, oh)) = (halves(even), halves(odd));
+            let ((el, eh), (ol, oh)) = (widen_halves(even), widen_halves(odd));
             [
                 _mm512_fmadd_pd(eh, eh, _mm512_fmadd_pd(el, el, acc[0])),
                 _mm512_fmadd_pd(oh, oh, _mm512_fmadd_pd(ol, ol, acc[1])),
             ]
         }
+    }
+}
+
+/// The low and high eight lanes of `x`, widened to f64 (exact).
+#[inline(always)]
+unsafe fn widen_halves(x: __m512) -> (__m512d, __m512d) {
+    unsafe {
+        (
+            _mm512_cvtps_pd(_mm512_castps512_ps256(x)),
+            _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                _mm512_castps_pd(x),
+            ))),
+        )
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::adam::moments;
 use super::*;
+use crate::arch::{even_odd_layout, from_even_odd_layout};
 use crate::reference::lamb::LambConsts;
 use crate::reference::norm::{NORM_BLOCK, NORM_LANES, fold_lanes};
 use crate::tensors::LambTensor;
@@ -111,9 +112,9 @@ impl<V: Simd> BlockNorms<V> {
             let order = |acc: V::Acc| {
                 let a = V::acc_lanes(acc);
                 V::acc_from_lanes(if even_odd {
-                    core::array::from_fn(|k| a[if k < 8 { 2 * k } else { 2 * (k - 8) + 1 }])
+                    even_odd_layout(a)
                 } else {
-                    in_element_order(a)
+                    from_even_odd_layout(a)
                 })
             };
             (self.p, self.u) = (order(self.p), order(self.u));
@@ -127,7 +128,7 @@ impl<V: Simd> BlockNorms<V> {
         unsafe {
             let a = V::acc_lanes(acc);
             if self.even_odd {
-                in_element_order(a)
+                from_even_odd_layout(a)
             } else {
                 a
             }
@@ -147,12 +148,6 @@ impl<V: Simd> BlockNorms<V> {
             }
         }
     }
-}
-
-/// Reduction lanes in order from the even/odd layout (`Simd::acc_add_squares_even_odd`).
-#[inline(always)]
-fn in_element_order(a: [f64; 16]) -> [f64; 16] {
-    core::array::from_fn(|l| a[l / 2 + 8 * (l % 2)])
 }
 
 /// Pass 1: moments, and the norms of p and of u computed from the moments as stored; with
