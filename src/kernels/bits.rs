@@ -476,18 +476,32 @@ pub(crate) unsafe fn fill_bits<V: Simd>(coord: &BitsCoord, base: u64, out: &mut 
     }
 }
 
-/// The out-of-line fill of a [`BitsBlock`]: each element's 16 bits in the low half of a 32-bit
-/// word of its own, so that a chunk's bits are one plain vector load (no widening load in the
-/// rounding loop) and the fill stores the AES output words with a mask and a shift, where packing
-/// them to 16 bits took two shuffles per vector on the ports the AES rounds use.
-struct FillBlock<'a, V: Simd> {
+/// The out-of-line fill of a [`BitsBlock`], in one of two layouts:
+///
+/// - in order (`EVEN_ODD` false): each element's 16 bits in the low half of a 32-bit word of its
+///   own, so that a chunk's bits are one plain vector load (no widening load in the rounding
+///   loop) and the fill stores the AES output words with a mask and a shift, where packing them
+///   to 16 bits took two shuffles per vector on the ports the AES rounds use;
+/// - even/odd ([`RoundingBits::use_even_odd_blocks`]): the words of the block's even elements
+///   (element `2k` in word `k`), then, from word [`ODD_WORDS`], of its odd ones. A pair of chunks
+///   from an even element then reads its bits in even/odd order as two plain vector loads, where
+///   the words in order took two loads and four shuffles and shifts per stream, and a second
+///   moment's pair reads the same two vectors the other way round, from its first moment's block.
+struct FillBlock<'a, V: Simd, const EVEN_ODD: bool> {
     rng: &'a mut GroupBits<V, true>,
     dst: *mut u32,
 }
 
-impl<V: Simd> FillBlock<'_, V> {
-    /// Output word vector `w` of 32 elements from element offset `off - j * LANES`: its low halves
-    /// to `off ..`, its high halves to `off + 16 ..`.
+/// Where the odd elements' words of a block in the even/odd layout start.
+const ODD_WORDS: usize = BLOCK / 2;
+
+/// [`RoundingBits`]' `partner` of a second moment that reads its first moment's blocks: never
+/// the address of a block.
+const READS_FIRST_MOMENTS: *const u32 = core::ptr::dangling();
+
+impl<V: Simd, const EVEN_ODD: bool> FillBlock<'_, V, EVEN_ODD> {
+    /// In order: output word vector `w` of 32 elements from element offset `off - j * LANES`:
+    /// its low halves to `off ..`, its high halves to `off + 16 ..`.
     #[inline(always)]
     unsafe fn store_word(&mut self, off: isize, w: V::U) {
         unsafe {
@@ -499,58 +513,127 @@ impl<V: Simd> FillBlock<'_, V> {
             );
         }
     }
-    /// The 32 elements from `e` (a multiple of 32) through the span cache.
+
+    /// Even/odd: the bits of a pair of chunks from element offset `off` (even) and of the pair
+    /// 16 elements on, `a` and `b` holding the first pair's in their low halves and the second's
+    /// in their high halves (two output word vectors, or one vector's halves split apart).
     #[inline(always)]
-    unsafe fn words32(&mut self, off: isize, e: u64) {
+    unsafe fn store_pairs(&mut self, off: isize, a: V::U, b: V::U) {
         unsafe {
-            for j in 0..16 / V::LANES {
-                let w = self.rng.word32(e, j);
-                self.store_word(off + (j * V::LANES) as isize, w);
+            let [even, odd] = V::even_odd_lanes(a, b);
+            let (e, o) = (
+                self.dst.offset(off / 2),
+                self.dst.add(ODD_WORDS).offset(off / 2),
+            );
+            let low = V::splat_u(0xFFFF);
+            V::store(e.cast(), V::from_bits(V::and_u(even, low)));
+            V::store(o.cast(), V::from_bits(V::and_u(odd, low)));
+            V::store(e.add(8).cast(), V::from_bits(V::shr::<16>(even)));
+            V::store(o.add(8).cast(), V::from_bits(V::shr::<16>(odd)));
+        }
+    }
+
+    /// The output word vectors `words` of whole groups from element offset `off`, as
+    /// [`GroupBits::span_words`] gives them. Even/odd: with two or more per group, side by side
+    /// in pairs; with one (16 lanes), each vector's two chunks (low halves, high halves) as the
+    /// pair.
+    #[inline(always)]
+    unsafe fn store_words(&mut self, off: isize, words: &[V::U]) {
+        unsafe {
+            let word_offset = |v: usize| GroupBits::<V, true>::word_offset(v) as isize;
+            if const { !EVEN_ODD } {
+                for (v, w) in words.iter().enumerate() {
+                    self.store_word(off + word_offset(v), *w);
+                }
+            } else if const { GroupBits::<V, true>::PER_GROUP == 1 } {
+                for (v, w) in words.iter().enumerate() {
+                    let low = V::and_u(*w, V::splat_u(0xFFFF));
+                    self.store_pairs(off + word_offset(v), low, V::shr::<16>(*w));
+                }
+            } else {
+                for v in (0..words.len()).step_by(2) {
+                    self.store_pairs(off + word_offset(v), words[v], words[v + 1]);
+                }
+            }
+        }
+    }
+
+    /// The 32 elements from `e` (a multiple of 32) through the span cache: a group of a span
+    /// the fill starts or ends inside.
+    #[inline(always)]
+    unsafe fn group(&mut self, off: isize, e: u64) {
+        unsafe {
+            const PER_GROUP_MAX: usize = 16 / 4; // 16 words over lanes of at least four
+            let per_group = GroupBits::<V, true>::PER_GROUP;
+            let mut words = [V::splat_u(0); PER_GROUP_MAX];
+            for (j, w) in words.iter_mut().enumerate().take(per_group) {
+                *w = self.rng.word32(e, j);
+            }
+            self.store_words(off, &words[..per_group]);
+        }
+    }
+
+    /// The bits `r` of the chunk at element offset `off`, lanes `lanes` only.
+    #[inline(always)]
+    unsafe fn store_chunk(&mut self, off: isize, r: V::U, lanes: core::ops::Range<usize>) {
+        unsafe {
+            if const { !EVEN_ODD } && lanes == (0..V::LANES) {
+                return V::store(self.dst.offset(off).cast(), V::from_bits(r));
+            }
+            // Lane by lane: the fill's ends only.
+            let x = arch::u32_lanes::<V>(r);
+            for l in lanes {
+                let i = off as usize + l;
+                *self.dst.add(if EVEN_ODD {
+                    i % 2 * ODD_WORDS + i / 2
+                } else {
+                    i
+                }) = x[l];
             }
         }
     }
 }
 
-impl<V: Simd> ChunkBody<V> for FillBlock<'_, V> {
+impl<V: Simd, const EVEN_ODD: bool> ChunkBody<V> for FillBlock<'_, V, EVEN_ODD> {
     #[inline(always)]
     unsafe fn full(&mut self, off: isize, e: u64) {
-        unsafe { V::store(self.dst.offset(off).cast(), V::from_bits(self.rng.r16(e))) }
+        unsafe {
+            let r = self.rng.r16(e);
+            self.store_chunk(off, r, 0..V::LANES)
+        }
     }
     #[inline(always)]
     unsafe fn partial(&mut self, c: &Chunk) {
         unsafe {
-            let mut words = [0u32; MAX_LANES];
-            V::store(words.as_mut_ptr().cast(), V::from_bits(self.rng.r16(c.e)));
-            stage_out(words.as_ptr(), self.dst, c);
+            let r = self.rng.r16(c.e);
+            self.store_chunk(c.off, r, c.lo..c.hi)
         }
     }
-    /// As [`FillBits`]' run: whole spans from the AES rounds' registers, two stores per output
-    /// word vector. A copy with its own store: written once for both fills, over a trait for the
-    /// store, the fills executed 4–30% more instructions (gungraun, AVX2: `random_bits` +30%).
+    /// As [`FillBits`]' run: whole spans from the AES rounds' registers. A copy with its own
+    /// stores: written once for both fills, over a trait for the store, the fills executed
+    /// 4–30% more instructions (gungraun, AVX2: `random_bits` +30%).
     #[inline(always)]
     unsafe fn full_run(&mut self, mut off: isize, mut e: u64, end: u64) {
         unsafe {
+            const { assert!(MAX_RNG_VECTORS.is_multiple_of(2)) };
             let span = 32 * GroupBits::<V, true>::SPAN;
             let head_end = e.next_multiple_of(32).min(end);
             full_run_plain::<V, Self>(self, off, e, head_end);
             off += (head_end - e) as isize;
             e = head_end;
             while e + 32 <= end && !e.is_multiple_of(span) {
-                self.words32(off, e);
+                self.group(off, e);
                 off += 32;
                 e += 32;
             }
             while e + span <= end {
                 let words = self.rng.span_words(e / 32);
-                for (v, w) in words.iter().enumerate().take(V::RNG_VECTORS) {
-                    let at = GroupBits::<V, true>::word_offset(v) as isize;
-                    self.store_word(off + at, *w);
-                }
+                self.store_words(off, &words[..V::RNG_VECTORS]);
                 off += span as isize;
                 e += span;
             }
             while e + 32 <= end {
-                self.words32(off, e);
+                self.group(off, e);
                 off += 32;
                 e += 32;
             }
@@ -572,6 +655,9 @@ pub(crate) unsafe fn fill_block<V: Simd>(
     unsafe {
         debug_assert!(base.is_multiple_of(BLOCK as u64) && n <= BLOCK);
         let partner = (*block).partner.assume_init();
+        if partner == READS_FIRST_MOMENTS {
+            return;
+        }
         if !partner.is_null() {
             return copy_partners(block, partner, n);
         }
@@ -582,7 +668,11 @@ pub(crate) unsafe fn fill_block<V: Simd>(
                 .write(GroupBits::new((*block).coord.assume_init()));
         }
         let rng = (*block).rng.assume_init_mut();
-        run_chunks::<V, _>(base, n, &mut FillBlock::<V> { rng, dst });
+        if (*block).even_odd.assume_init() {
+            run_chunks::<V, _>(base, n, &mut FillBlock::<V, true> { rng, dst });
+        } else {
+            run_chunks::<V, _>(base, n, &mut FillBlock::<V, false> { rng, dst });
+        }
     }
 }
 
@@ -750,10 +840,11 @@ const NO_BLOCK: u64 = u64::MAX - BLOCK as u64;
 ///   VAES, NEON), this is the cheaper way.
 /// - **block**: [`BLOCK`] elements at a time, made by the bulk fill ([`fill_bits`], through
 ///   [`BitsFill::fill_block`], a call) into a buffer on the kernel's stack, one 32-bit word per
-///   element, and read back as one vector load per chunk. On AVX2, inline rounds shared the loop's 16 registers with the
-///   update's constants, the counters and the round keys, and could run only the 128-bit AES-NI
-///   rounds every AVX2 CPU has; out of line, the bulk fill runs its own tight loop, on 256-bit
-///   VAES where the CPU has it (docs/DESIGN.md, "Random bits: ARS-5").
+///   element, and read back as one vector load per chunk (or per half of a pair of chunks in
+///   even/odd order: [`Self::use_even_odd_blocks`]). On AVX2, inline rounds shared the loop's
+///   16 registers with the update's constants, the counters and the round keys, and could run
+///   only the 128-bit AES-NI rounds every AVX2 CPU has; out of line, the bulk fill runs its own
+///   tight loop, on 256-bit VAES where the CPU has it (docs/DESIGN.md, "Random bits: ARS-5").
 pub(crate) struct RoundingBits<V: Simd> {
     /// The span cache (inline only; uninitialized in block mode).
     span: core::mem::MaybeUninit<GroupBits<V>>,
@@ -771,10 +862,14 @@ pub(crate) struct RoundingBits<V: Simd> {
     /// the call would be handed the state's address, after which LLVM keeps every field of the
     /// state in memory and reloads it in every chunk.
     block: *mut BitsBlock<V>,
-    /// The block's bits, one element per 32-bit word.
+    /// The block's bits, one element per 32-bit word; in the even/odd layout, the words of the
+    /// block's even elements (a second moment sharing its first moment's block: that block's odd
+    /// ones).
     bits: *const u32,
     /// The first moment's block bits this second moment's blocks copy, or null: handed to the
-    /// block on its first fill ([`Self::copy_blocks_of`]).
+    /// block on its first fill ([`Self::copy_blocks_of`]); [`READS_FIRST_MOMENTS`] for a second
+    /// moment that reads its first moment's blocks and fills none
+    /// ([`Self::share_even_odd_blocks_of`]).
     partner: *const u32,
 }
 
@@ -794,6 +889,9 @@ pub(crate) struct BitsBlock<V: Simd> {
     /// ([`RoundingBits::copy_blocks_of`]). Uninitialized until then, as the rest: a block built
     /// with a field set was copied whole onto the kernel's stack, the whole block on every call.
     partner: core::mem::MaybeUninit<*const u32>,
+    /// Set before the first fill: the layout, even/odd ([`FillBlock`]) or one word per
+    /// element in order ([`FillBlock`]).
+    even_odd: core::mem::MaybeUninit<bool>,
 }
 
 impl<V: Simd> BitsBlock<V> {
@@ -804,6 +902,7 @@ impl<V: Simd> BitsBlock<V> {
             coord: core::mem::MaybeUninit::uninit(),
             rng: core::mem::MaybeUninit::uninit(),
             partner: core::mem::MaybeUninit::uninit(),
+            even_odd: core::mem::MaybeUninit::uninit(),
         }
     }
 }
@@ -857,7 +956,7 @@ impl<V: Simd> RoundingBits<V> {
     pub unsafe fn r16(&mut self, e: u64) -> V::U {
         unsafe {
             if V::RNG_BLOCK && e.wrapping_sub(self.start) >= BLOCK as u64 {
-                self.refill(e);
+                self.refill(e, false);
             }
             self.r16_prepared(e)
         }
@@ -879,17 +978,91 @@ impl<V: Simd> RoundingBits<V> {
         }
     }
 
-    /// [`Self::for_rounding`] (prepared) of the two chunks from `e`, in even/odd order
-    /// ([`crate::arch::Simd::even_odd_of_chunks`]): the bits of the pair's even elements, then of
-    /// its odd ones; zeros unless `rounding` is stochastic.
+    /// [`Self::for_rounding`] (prepared) of the two chunks from `e`, in even/odd order: the
+    /// bits of the pair's even elements, then of its odd ones; zeros unless `rounding` is
+    /// stochastic. Block mode, blocks in the even/odd layout ([`Self::use_even_odd_blocks`]).
     #[inline(always)]
     pub unsafe fn for_rounding_even_odd(&mut self, rounding: Rounding, e: u64) -> [V::U; 2] {
         unsafe {
             if rounding != Rounding::Stochastic {
                 return [V::splat_u(0); 2];
             }
-            let first = self.r16_prepared(e);
-            V::even_odd_of_chunks(first, self.r16_prepared(e + V::LANES as u64))
+            let d = e.wrapping_sub(self.start);
+            debug_assert!(V::RNG_BLOCK);
+            let pair = 2 * V::LANES as u64;
+            debug_assert!(e.is_multiple_of(V::LANES as u64) && d + pair <= BLOCK as u64);
+            debug_assert!(e + pair <= self.end.next_multiple_of(V::LANES as u64));
+            let at = (d / 2) as usize;
+            [
+                V::to_bits(V::load(self.bits.add(at).cast())),
+                V::to_bits(V::load(self.odd().add(at).cast())),
+            ]
+        }
+    }
+
+    /// [`Self::r16_prepared`] of the chunk at global `e` from blocks in the even/odd layout,
+    /// lane by lane: for the chunks a kernel that reads its pairs from such blocks takes alone
+    /// (a run's ends), not for loops.
+    #[inline(always)]
+    pub unsafe fn r16_even_odd_blocks(&self, e: u64) -> V::U {
+        unsafe {
+            let d = e.wrapping_sub(self.start) as usize;
+            debug_assert!(V::RNG_BLOCK);
+            debug_assert!(e.is_multiple_of(V::LANES as u64) && e < self.end && d < BLOCK);
+            let (even, odd) = (self.bits, self.odd());
+            arch::u32_vector::<V>(|l| {
+                let i = d + l;
+                *(if i.is_multiple_of(2) { even } else { odd }).add(i / 2)
+            })
+        }
+    }
+
+    /// In the even/odd layout, where the words of the block's odd elements start (a second
+    /// moment reading its first moment's blocks: where the first moment's even ones do), kept
+    /// in the place of the span cache, which block mode leaves unused: as a field of its own,
+    /// the pointer changed the code LLVM made for AVX2's steps in element order (one more load
+    /// per chunk; gungraun +1.3-2.6%). Set by [`Self::use_even_odd_blocks`] or
+    /// [`Self::share_even_odd_blocks_of`] before it is read.
+    #[inline(always)]
+    unsafe fn odd(&self) -> *const u32 {
+        unsafe { self.span.as_ptr().cast::<*const u32>().read() }
+    }
+
+    /// Sets [`Self::odd`].
+    #[inline(always)]
+    fn set_odd(&mut self, odd: *const u32) {
+        debug_assert!(V::RNG_BLOCK);
+        // SAFETY: the span cache's place is at least a pointer's size and alignment (it holds
+        // vectors), and block mode never reads it as a span cache.
+        unsafe { self.span.as_mut_ptr().cast::<*const u32>().write(odd) }
+    }
+
+    /// Makes this stream's blocks take the even/odd layout ([`FillBlock`]), for a kernel
+    /// that reads its chunks' bits in pairs in even/odd order ([`Self::for_rounding_even_odd`])
+    /// and those of any chunk alone through [`Self::r16_even_odd_blocks`], and prepares them with
+    /// [`Self::prepare_even_odd`]; before the first fill.
+    #[inline(always)]
+    pub fn use_even_odd_blocks(&mut self) {
+        if V::RNG_BLOCK {
+            debug_assert!(self.start == NO_BLOCK && self.partner.is_null());
+            self.set_odd(self.bits.wrapping_add(ODD_WORDS));
+        }
+    }
+
+    /// Makes this second moment's stream read the blocks of `first`, its first moment's (same
+    /// tensor, step and elements; even/odd layout), with partners exchanged (SPEC.md §3.2): each
+    /// even element's bits are its odd partner's, and the other way round, so the two vectors
+    /// of a pair change places, and no block of this stream is filled or copied. `first` must be
+    /// prepared for each element before this stream is ([`Self::prepare`]).
+    #[inline(always)]
+    pub fn share_even_odd_blocks_of(&mut self, first: &RoundingBits<V>) {
+        if V::RNG_BLOCK {
+            debug_assert!(self.coord.swap_pairs && first.end == self.end);
+            debug_assert!(self.start == NO_BLOCK && self.partner.is_null());
+            self.partner = READS_FIRST_MOMENTS;
+            // SAFETY: `first` is in the even/odd layout (above).
+            self.bits = unsafe { first.odd() };
+            self.set_odd(first.bits);
         }
     }
 
@@ -932,7 +1105,17 @@ impl<V: Simd> RoundingBits<V> {
     pub unsafe fn prepare(&mut self, e: u64) {
         unsafe {
             if V::RNG_BLOCK && e.wrapping_sub(self.start) >= BLOCK as u64 {
-                self.refill(e);
+                self.refill(e, false);
+            }
+        }
+    }
+
+    /// [`Self::prepare`] for blocks in the even/odd layout ([`Self::use_even_odd_blocks`]).
+    #[inline(always)]
+    pub unsafe fn prepare_even_odd(&mut self, e: u64) {
+        unsafe {
+            if V::RNG_BLOCK && e.wrapping_sub(self.start) >= BLOCK as u64 {
+                self.refill(e, true);
             }
         }
     }
@@ -963,9 +1146,10 @@ impl<V: Simd> RoundingBits<V> {
         }
     }
 
-    /// Fills the block holding element `e`, up to the chunk holding `end - 1`.
+    /// Fills the block holding element `e`, up to the chunk holding `end - 1`, in the even/odd
+    /// layout or not.
     #[inline(always)]
-    unsafe fn refill(&mut self, e: u64) {
+    unsafe fn refill(&mut self, e: u64, even_odd: bool) {
         unsafe {
             let start = e - e % BLOCK as u64;
             let n = (self.end.min(start + BLOCK as u64) - start)
@@ -975,6 +1159,7 @@ impl<V: Simd> RoundingBits<V> {
             if first {
                 (*self.block).coord.write(self.coord);
                 (*self.block).partner.write(self.partner);
+                (*self.block).even_odd.write(even_odd);
             }
             V::fill_block(self.block, start, n as usize, first);
             self.start = start;
