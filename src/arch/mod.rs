@@ -413,6 +413,14 @@ pub(crate) trait Simd: Copy + 'static {
         }
     }
 
+    /// [`Simd::even_odd_halves`] of two chunks' 16-bit values given apart: `a` the first
+    /// chunk's, `b` the second's, each in the low halves of its lanes with the high halves zero
+    /// (as a bits block in element order holds them, `RoundingBits::r16_prepared`).
+    #[inline(always)]
+    unsafe fn even_odd_of_chunks(a: Self::U, b: Self::U) -> [Self::U; 2] {
+        unsafe { Self::even_odd_halves(Self::or_u(a, Self::shl::<16>(b))) }
+    }
+
     /// The lanes of `a` and `b` (a pair of chunks) in even/odd order: lane `l` of the first
     /// vector is lane `2l` of the two taken as one vector of twice the lanes (`a`'s first), of
     /// the second lane `2l + 1` (the even/odd layout of a bits block, `FillBlock`).
@@ -551,6 +559,15 @@ pub(crate) mod checks {
                 for l in 0..V::LANES {
                     assert_eq!(even[l], u32::from(top[2 * l]), "{name}: halves even {l}");
                     assert_eq!(odd[l], u32::from(top[2 * l + 1]), "{name}: halves odd {l}");
+                }
+                // The same values given as two chunks (low halves, high halves zero).
+                let a = vector::<V>(|l| u32::from(top[l]));
+                let b = vector::<V>(|l| u32::from(top[V::LANES + l]));
+                let [even, odd] = V::even_odd_of_chunks(a, b);
+                let (even, odd) = (lanes::<V>(even), lanes::<V>(odd));
+                for l in 0..V::LANES {
+                    assert_eq!(even[l], u32::from(top[2 * l]), "{name}: chunks even {l}");
+                    assert_eq!(odd[l], u32::from(top[2 * l + 1]), "{name}: chunks odd {l}");
                 }
                 // Two chunks' whole lanes.
                 let a = vector::<V>(both);

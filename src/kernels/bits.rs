@@ -978,15 +978,26 @@ impl<V: Simd> RoundingBits<V> {
         }
     }
 
-    /// [`Self::for_rounding`] (prepared) of the two chunks from `e`, in even/odd order: the
-    /// bits of the pair's even elements, then of its odd ones; zeros unless `rounding` is
-    /// stochastic. Block mode, blocks in the even/odd layout ([`Self::use_even_odd_blocks`]).
+    /// [`Self::for_rounding`] (prepared) of the two chunks from `e`, in even/odd order
+    /// ([`crate::arch::Simd::even_odd_of_chunks`]): the bits of the pair's even elements, then of
+    /// its odd ones; zeros unless `rounding` is stochastic. Blocks in element order.
     #[inline(always)]
     pub unsafe fn for_rounding_even_odd(&mut self, rounding: Rounding, e: u64) -> [V::U; 2] {
         unsafe {
             if rounding != Rounding::Stochastic {
                 return [V::splat_u(0); 2];
             }
+            let first = self.r16_prepared(e);
+            V::even_odd_of_chunks(first, self.r16_prepared(e + V::LANES as u64))
+        }
+    }
+
+    /// The bits of the two chunks from `e` in even/odd order, as
+    /// [`Self::for_rounding_even_odd`] gives a stochastic rounding's, from blocks in the even/odd
+    /// layout ([`Self::use_even_odd_blocks`]): two plain loads.
+    #[inline(always)]
+    pub unsafe fn pair_from_even_odd_blocks(&self, e: u64) -> [V::U; 2] {
+        unsafe {
             let d = e.wrapping_sub(self.start);
             debug_assert!(V::RNG_BLOCK);
             let pair = 2 * V::LANES as u64;
@@ -1038,7 +1049,7 @@ impl<V: Simd> RoundingBits<V> {
     }
 
     /// Makes this stream's blocks take the even/odd layout ([`FillBlock`]), for a kernel
-    /// that reads its chunks' bits in pairs in even/odd order ([`Self::for_rounding_even_odd`])
+    /// that reads its chunks' bits in pairs in even/odd order ([`Self::pair_from_even_odd_blocks`])
     /// and those of any chunk alone through [`Self::r16_even_odd_blocks`], and prepares them with
     /// [`Self::prepare_even_odd`]; before the first fill.
     #[inline(always)]

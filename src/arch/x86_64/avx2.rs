@@ -320,6 +320,19 @@ impl Simd for Avx2 {
     // and ran level on Zen 4).
     const EVEN_ODD: bool = true;
     #[inline(always)]
+    unsafe fn even_odd_of_chunks(a: __m256i, b: __m256i) -> [__m256i; 2] {
+        unsafe {
+            // Packed in-lane (quadwords: a 0-3, b 0-3, a 4-7, b 4-7; each value below 2^16, so
+            // the pack's saturation changes none), put in element order by one `vpermq`: each
+            // 32-bit lane then holds an even element's value and the odd one's after it.
+            let x = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, b));
+            [
+                _mm256_and_si256(x, _mm256_set1_epi32(0xFFFF)),
+                _mm256_srli_epi32::<16>(x),
+            ]
+        }
+    }
+    #[inline(always)]
     unsafe fn even_odd_lanes(a: __m256i, b: __m256i) -> [__m256i; 2] {
         unsafe {
             // In-lane picks (`vshufps`: quadwords a 0/2, b 0/2, a 4/6, b 4/6), put in order by

@@ -18,6 +18,7 @@ impl<V: Simd> ElementOp<V> for AdagradOp<V> {
     const WRITE_S: [bool; 3] = [false, true, false];
     // A NaN sum makes the square root, the quotient and the weights' FMA NaN (`clr = 0` too).
     const NAN_REACHES_W: bool = true;
+    const DIVIDES: bool = true;
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(

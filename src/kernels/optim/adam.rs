@@ -41,6 +41,7 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
     // A NaN first moment, second moment or maximum (AMSGrad's `select` keeps a NaN on either
     // side) makes the quotient NaN, and the weights' FMA keeps it: `lr = 0` too (0 × NaN).
     const NAN_REACHES_W: bool = true;
+    const DIVIDES: bool = true;
     // Each chunk tested as it is computed: with a pair's two chunks computed side by side, LLVM
     // threaded the tests of the run-time flags (maximize, weight decay) across them, and AVX2's
     // Adam executed 6% more instructions (gungraun); AVX-512's was level either way.
