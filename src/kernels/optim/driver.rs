@@ -800,9 +800,9 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// stores read from blocks in the even/odd layout where [`Self::EVEN_ODD_BLOCKS`]
     /// ([`RoundingBits::r16_even_odd_blocks`]): the chunks such a loop takes alone, at a run's
     /// ends. Same bits: each element meets its own.
-    /// `drawing`: [`Self::drawing`]. An associated function, so that it borrows the driver's
-    /// fields apart: through `self`, the buffers were copied, and LLVM kept one more of the
-    /// element-order loop's values in memory (gungraun, AVX2: +1.4%).
+    ///
+    /// `drawing`: [`Self::drawing`]. An associated function, taking the driver's fields apart,
+    /// so that a caller can hand it a stage's buffers or the driver's own.
     #[inline(always)]
     unsafe fn process_chunk(
         op: &mut O,
