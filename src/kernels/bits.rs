@@ -535,8 +535,8 @@ impl<V: Simd, const EVEN_ODD: bool> FillBlock<'_, V, EVEN_ODD> {
 
     /// The output word vectors `words` of whole groups from element offset `off`, as
     /// [`GroupBits::span_words`] gives them. Even/odd: with two or more per group, side by side
-    /// in pairs; with one (16 lanes), each vector's two chunks (low halves, high halves) as the
-    /// pair.
+    /// in pairs ([`Self::store_pairs`]); with one (16 lanes), each vector's two chunks (low
+    /// halves, high halves) as the pair, stored as they come.
     #[inline(always)]
     unsafe fn store_words(&mut self, off: isize, words: &[V::U]) {
         unsafe {
@@ -547,8 +547,11 @@ impl<V: Simd, const EVEN_ODD: bool> FillBlock<'_, V, EVEN_ODD> {
                 }
             } else if const { GroupBits::<V, true>::PER_GROUP == 1 } {
                 for (v, w) in words.iter().enumerate() {
+                    let at = (off + word_offset(v)) / 2;
                     let low = V::and_u(*w, V::splat_u(0xFFFF));
-                    self.store_pairs(off + word_offset(v), low, V::shr::<16>(*w));
+                    let [even, odd] = V::even_odd_lanes(low, V::shr::<16>(*w));
+                    V::store(self.dst.offset(at).cast(), V::from_bits(even));
+                    V::store(self.dst.add(ODD_WORDS).offset(at).cast(), V::from_bits(odd));
                 }
             } else {
                 for v in (0..words.len()).step_by(2) {
@@ -889,8 +892,7 @@ pub(crate) struct BitsBlock<V: Simd> {
     /// ([`RoundingBits::copy_blocks_of`]). Uninitialized until then, as the rest: a block built
     /// with a field set was copied whole onto the kernel's stack, the whole block on every call.
     partner: core::mem::MaybeUninit<*const u32>,
-    /// Set before the first fill: the layout, even/odd ([`FillBlock`]) or one word per
-    /// element in order ([`FillBlock`]).
+    /// Set before the first fill: the layout of its words, even/odd or in order ([`FillBlock`]).
     even_odd: core::mem::MaybeUninit<bool>,
 }
 
@@ -1051,7 +1053,7 @@ impl<V: Simd> RoundingBits<V> {
     /// Makes this stream's blocks take the even/odd layout ([`FillBlock`]), for a kernel
     /// that reads its chunks' bits in pairs in even/odd order ([`Self::pair_from_even_odd_blocks`])
     /// and those of any chunk alone through [`Self::r16_even_odd_blocks`], and prepares them with
-    /// [`Self::prepare_even_odd`]; before the first fill.
+    /// [`Self::prepare`] in that layout; before the first fill.
     #[inline(always)]
     pub fn use_even_odd_blocks(&mut self) {
         if V::RNG_BLOCK {
@@ -1111,22 +1113,14 @@ impl<V: Simd> RoundingBits<V> {
     }
 
     /// In block mode, fills the block holding element `e` unless it is the one cached: from here
-    /// to the block's end, [`Self::r16_prepared`] reads its bits.
+    /// to the block's end, [`Self::r16_prepared`] reads its bits, or, in the even/odd layout
+    /// (`even_odd`, [`Self::use_even_odd_blocks`]), [`Self::pair_from_even_odd_blocks`] and
+    /// [`Self::r16_even_odd_blocks`].
     #[inline(always)]
-    pub unsafe fn prepare(&mut self, e: u64) {
+    pub unsafe fn prepare(&mut self, e: u64, even_odd: bool) {
         unsafe {
             if V::RNG_BLOCK && e.wrapping_sub(self.start) >= BLOCK as u64 {
-                self.refill(e, false);
-            }
-        }
-    }
-
-    /// [`Self::prepare`] for blocks in the even/odd layout ([`Self::use_even_odd_blocks`]).
-    #[inline(always)]
-    pub unsafe fn prepare_even_odd(&mut self, e: u64) {
-        unsafe {
-            if V::RNG_BLOCK && e.wrapping_sub(self.start) >= BLOCK as u64 {
-                self.refill(e, true);
+                self.refill(e, even_odd);
             }
         }
     }
@@ -1227,15 +1221,9 @@ pub(crate) mod checks {
         got
     }
 
-    /// [`GroupBits`] on backend `V`, kept as words and split into chunks, against the reference
-    /// (block by block, and element by element), for spans whose blocks carry into counter word 1
-    /// and keys that wrap. One `GroupBits` per form fills every span in turn, so its cached
-    /// `CounterConsts` must follow counter word 1 as it changes (0 → 1 → 0x3FFF → 0) from span to
-    /// span. And [`RoundingBits`] (inline or block, as the backend draws them) element by element,
-    /// chunk after chunk across block boundaries, from a start inside a block up to an end inside
-    /// one (its last block is filled only that far).
-    #[inline(always)]
-    unsafe fn check_fill<V: Simd>(name: &str) {
+    /// The streams the fill checks take: extreme and ordinary coordinates, and a second
+    /// moment's stream.
+    fn check_coords() -> [BitsCoord; 4] {
         let third = BitsCoord {
             seed: 0x0123_4567_89AB_CDEF,
             step: 7,
@@ -1243,7 +1231,7 @@ pub(crate) mod checks {
             replica_slot: 3,
             swap_pairs: false,
         };
-        let coords = [
+        [
             BitsCoord {
                 seed: 0,
                 step: 0,
@@ -1264,7 +1252,19 @@ pub(crate) mod checks {
                 swap_pairs: true,
                 ..third
             },
-        ];
+        ]
+    }
+
+    /// [`GroupBits`] on backend `V`, kept as words and split into chunks, against the reference
+    /// (block by block, and element by element), for spans whose blocks carry into counter word 1
+    /// and keys that wrap. One `GroupBits` per form fills every span in turn, so its cached
+    /// `CounterConsts` must follow counter word 1 as it changes (0 → 1 → 0x3FFF → 0) from span to
+    /// span. And [`RoundingBits`] (inline or block, as the backend draws them) element by element,
+    /// chunk after chunk across block boundaries, from a start inside a block up to an end inside
+    /// one (its last block is filled only that far).
+    #[inline(always)]
+    unsafe fn check_fill<V: Simd>(name: &str) {
+        let coords = check_coords();
         // Spans start at multiples of the span: the last span before word 1 turns 1, the first
         // after it, the last span of all.
         let span = GroupBits::<V>::SPAN;
@@ -1342,6 +1342,61 @@ pub(crate) mod checks {
         }
     }
 
+    /// The block fill in both layouts ([`FillBlock`]) against the reference, on every backend
+    /// (the kernels fill blocks only on AVX2): every stream of [`check_coords`], from a block's
+    /// start, over a whole block and over a part that ends one chunk past a group.
+    #[inline(always)]
+    unsafe fn check_block_layouts<V: Simd>(name: &str) {
+        let coords = check_coords();
+        /// Elements `base .. base + n` of `coord` filled into a block in one layout.
+        #[inline(always)]
+        unsafe fn filled<V: Simd, const EVEN_ODD: bool>(
+            coord: BitsCoord,
+            base: u64,
+            n: usize,
+        ) -> [u32; BLOCK] {
+            let mut dst = [0u32; BLOCK];
+            let mut rng = unsafe { GroupBits::<V, true>::new(coord) };
+            let mut fill = FillBlock::<V, EVEN_ODD> {
+                rng: &mut rng,
+                dst: dst.as_mut_ptr(),
+            };
+            unsafe { run_chunks::<V, _>(base, n, &mut fill) };
+            dst
+        }
+        let base = 5 * BLOCK as u64;
+        let n_cut = (3 * 32 + V::LANES).min(BLOCK);
+        // Under Miri (the portable backend), the cut part of two streams: the reference computes
+        // a whole ARS block per element, slow there.
+        let (streams, sizes) = if cfg!(miri) {
+            (&coords[2..], &[n_cut][..])
+        } else {
+            (&coords[..], &[BLOCK, n_cut][..])
+        };
+        for &coord in streams {
+            for &n in sizes {
+                let want = |i: usize| u32::from(element_bits(&coord, base + i as u64));
+                let in_order = unsafe { filled::<V, false>(coord, base, n) };
+                for (i, got) in in_order[..n].iter().enumerate() {
+                    assert_eq!(
+                        *got,
+                        want(i),
+                        "{name} block in order: {coord:?} {n} element {i}"
+                    );
+                }
+                let even_odd = unsafe { filled::<V, true>(coord, base, n) };
+                for i in 0..n {
+                    let got = even_odd[i % 2 * ODD_WORDS + i / 2];
+                    assert_eq!(
+                        got,
+                        want(i),
+                        "{name} block even/odd: {coord:?} {n} element {i}"
+                    );
+                }
+            }
+        }
+    }
+
     /// Runs the check `$check::<V>(name)` on every backend this CPU runs, inside its target
     /// features (the others are skipped with a line on stderr); AVX2 with both forms of the AES
     /// rounds.
@@ -1398,6 +1453,7 @@ pub(crate) mod checks {
     /// The span caches on every backend this CPU runs.
     pub(crate) fn fill_matches_the_reference_on_every_backend() {
         on_every_backend!(check_fill);
+        on_every_backend!(check_block_layouts);
     }
 
     /// The even/odd forms of a pair of chunks on every backend this CPU runs.

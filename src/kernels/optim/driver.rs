@@ -842,11 +842,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// rounds stochastically (`RoundingBits::prepare`), out of the chunk loop.
     #[inline(always)]
     unsafe fn prepare_bits(&mut self, e: u64) {
-        if const { Self::EVEN_ODD_BLOCKS } {
-            each_drawing_stream!(self, (_k, rng) => unsafe { rng.prepare_even_odd(e) });
-        } else {
-            each_drawing_stream!(self, (_k, rng) => unsafe { rng.prepare(e) });
-        }
+        let even_odd = Self::EVEN_ODD_BLOCKS;
+        each_drawing_stream!(self, (_k, rng) => unsafe { rng.prepare(e, even_odd) });
     }
 
     /// [`ChunkBody::full_run`] within one block of random bits (or all of it where none are
