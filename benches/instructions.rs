@@ -259,6 +259,22 @@ fn lamb(b: Backend) -> Kernel {
     })
 }
 
+/// The single-tensor call on split weights with bf16-SR moments: pass 1 takes its chunks in
+/// pairs in even/odd order where the backend can (AVX2, AVX-512), which the group step, whose
+/// kept directions are f32, does not.
+fn lamb_bf16sr_states(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (mut top, mut trail, g) = split_weights();
+    let (mut m, mut v) = (vec![bf16::ZERO; N], vec![bf16::ZERO; N]);
+    let cfg = LambConfig::default();
+    Box::new(move || {
+        let sr = Rounding::Stochastic;
+        let (m, v) = (State::Bf16(&mut m, sr), State::Bf16(&mut v, sr));
+        let mut t = lamb_tensor(&mut top, &mut trail, &g, m, v);
+        e.lamb_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
 /// LAMB as `Optimizer` and the C ABI run it: a group step with a workspace, which keeps each
 /// direction from pass 1 for pass 2 (groups up to 2^20 elements).
 fn lamb_group(b: Backend) -> Kernel {
@@ -407,6 +423,7 @@ fn conversions(mut kernel: Kernel) {
 #[bench::lamb_reference(args = (Backend::Reference), setup = lamb)]
 #[bench::lamb_portable(args = (Backend::Portable), setup = lamb)]
 #[bench::lamb_avx2(args = (Backend::Avx2), setup = lamb)]
+#[bench::lamb_bf16sr_states_avx2(args = (Backend::Avx2), setup = lamb_bf16sr_states)]
 #[bench::lamb_group_reference(args = (Backend::Reference), setup = lamb_group)]
 #[bench::lamb_group_portable(args = (Backend::Portable), setup = lamb_group)]
 #[bench::lamb_group_avx2(args = (Backend::Avx2), setup = lamb_group)]

@@ -416,8 +416,7 @@ impl Simd for Avx2 {
     #[inline(always)]
     unsafe fn acc_add_squares(mut acc: [__m256d; 4], x: __m256, lane0: usize) -> [__m256d; 4] {
         unsafe {
-            let lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-            let hi = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x));
+            let (lo, hi) = widen_halves(x);
             if lane0 == 0 {
                 acc[0] = _mm256_fmadd_pd(lo, lo, acc[0]);
                 acc[1] = _mm256_fmadd_pd(hi, hi, acc[1]);
@@ -425,6 +424,25 @@ impl Simd for Avx2 {
                 acc[2] = _mm256_fmadd_pd(lo, lo, acc[2]);
                 acc[3] = _mm256_fmadd_pd(hi, hi, acc[3]);
             }
+            acc
+        }
+    }
+    /// A pair from a multiple of 16 (`lane0` 0): the even vector's lanes are reduction lanes
+    /// 0, 2, … 14, the odd one's 1, 3, … 15, so each half of a vector feeds one accumulator.
+    #[inline(always)]
+    unsafe fn acc_add_squares_even_odd(
+        mut acc: [__m256d; 4],
+        even: __m256,
+        odd: __m256,
+        lane0: usize,
+    ) -> [__m256d; 4] {
+        unsafe {
+            debug_assert_eq!(lane0, 0);
+            let ((el, eh), (ol, oh)) = (widen_halves(even), widen_halves(odd));
+            acc[0] = _mm256_fmadd_pd(el, el, acc[0]);
+            acc[1] = _mm256_fmadd_pd(eh, eh, acc[1]);
+            acc[2] = _mm256_fmadd_pd(ol, ol, acc[2]);
+            acc[3] = _mm256_fmadd_pd(oh, oh, acc[3]);
             acc
         }
     }
@@ -441,6 +459,17 @@ impl Simd for Avx2 {
     #[inline(always)]
     unsafe fn acc_from_lanes(lanes: [f64; 16]) -> [__m256d; 4] {
         unsafe { core::array::from_fn(|i| _mm256_loadu_pd(lanes.as_ptr().add(4 * i))) }
+    }
+}
+
+/// The low and high four lanes of `x`, widened to f64 (exact).
+#[inline(always)]
+unsafe fn widen_halves(x: __m256) -> (__m256d, __m256d) {
+    unsafe {
+        (
+            _mm256_cvtps_pd(_mm256_castps256_ps128(x)),
+            _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x)),
+        )
     }
 }
 

@@ -55,8 +55,10 @@ pub(super) trait ElementOp<V: Simd> {
     const BY_LANE: bool = true;
     /// Whether an op that does not treat each lane alone takes a pair of chunks in even/odd
     /// order through [`ElementOp::apply_even_odd`] (LAMB's first pass, which sums the pair's
-    /// squares in the even/odd layout, `Simd::acc_add_squares_even_odd`). Only where the driver
-    /// draws a group's bits in order (`Driver::EVEN_ODD`): its pairs are whole 32-element groups.
+    /// squares in the even/odd layout, `Simd::acc_add_squares_even_odd`). Only where the pair's
+    /// bits reach `apply` and its lanes are whole reduction lanes (`Driver::EVEN_ODD`): drawn in
+    /// order for whole 32-element groups, or read from blocks in the even/odd layout for pairs
+    /// from multiples of 16 (`Driver::PAIRS_FROM_BLOCKS`).
     const EVEN_ODD_PAIRS: bool = false;
     /// Transforms the loaded values of the chunk at global index `e`. `drawn` holds the bits the
     /// driver has drawn for the chunk's stochastic stores, where it has ([`ChunkBits`]): an op
@@ -732,7 +734,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// vectors convert with no shuffle, where element order takes one or two per line (on Zen 4
     /// the shuffles share pipes with the FMAs and AES rounds). Where the backend takes this
     /// order ([`crate::arch::Simd::EVEN_ODD`]), every buffer is 16-bit or absent, the op treats
-    /// each lane alone (or takes the pair whole, where the pairs are whole groups drawn in order:
+    /// each lane alone (or takes the pair whole where it can get the pair's bits:
     /// [`ElementOp::EVEN_ODD_PAIRS`]), and the stores' bits, if any, can follow: drawn in this
     /// order by the in-order loop ([`Self::PAIRED_DRAWS`]), or two chunks' bits from the block put
     /// in it (AVX2, [`RoundingBits::for_rounding_even_odd`]). Same bits: each element meets the
@@ -740,8 +742,19 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     const EVEN_ODD: bool = V::EVEN_ODD
         && V::STORE_GROUP == 2
         && L::EVEN_ODD
-        && (O::BY_LANE || O::EVEN_ODD_PAIRS && Self::PAIRED_DRAWS)
+        && (O::BY_LANE || O::EVEN_ODD_PAIRS && (Self::PAIRED_DRAWS || Self::PAIRS_FROM_BLOCKS))
         && (!Self::STORES_MAY_DRAW || Self::PAIRED_DRAWS || V::RNG_BLOCK);
+
+    /// Whether a loop that draws no bits in order can hand an op that takes a pair whole
+    /// ([`ElementOp::EVEN_ODD_PAIRS`]) its pairs: where the backend draws a block at a time and
+    /// the blocks of any stochastic store take the even/odd layout (the conditions of
+    /// [`Self::EVEN_ODD_BLOCKS`] but the order itself), so that `apply` gets each pair's bits
+    /// ([`Self::finish_g`]). Such a loop starts its pairs at multiples of 16 elements
+    /// ([`Self::full_run_grouped`]), where the pair's lanes are whole reduction lanes.
+    const PAIRS_FROM_BLOCKS: bool = V::RNG_BLOCK
+        && (!Self::STORES_MAY_DRAW
+            || (L::W::GROUPED || Self::PAIRED_DRAWS)
+                && (!O::DIVIDES || Self::STORED_MAY_DRAW[1] && Self::STORED_MAY_DRAW[2]));
 
     /// Which buffers the op stores round stochastically in this call ([`Self::STORED_MAY_DRAW`]'s
     /// order).
@@ -823,7 +836,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                     }
                 }
                 let mut vs = [load_vals::<V, L, O>(c, off)];
-                compute_group::<V, L, O, 1, false>(op, b, &mut vs, e, &[None; 4]);
+                compute_group::<V, L, O, 1, false>(op, b, &mut vs, e, &drawn);
                 store_vals::<V, L, O, 1>(b, c, vs, off, e, drawn);
             } else {
                 process::<V, L, O>(op, b, c, off, e)
@@ -916,6 +929,17 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
             if const { G == 2 && Self::PAIRED_DRAWS } {
                 self.full_run_in_order::<G>(off, e, end)
             } else {
+                let (mut off, mut e) = (off, e);
+                // An op that takes pairs whole, from multiples of 16 (`Self::PAIRS_FROM_BLOCKS`).
+                if const { G == 2 && Self::EVEN_ODD && !O::BY_LANE } {
+                    let pair = 2 * V::LANES as u64;
+                    if !e.is_multiple_of(pair) && e < end {
+                        let drawing = self.drawing();
+                        Self::process_chunk(self.op, self.b, &self.c, off, e, drawing);
+                        off += V::LANES as isize;
+                        e += V::LANES as u64;
+                    }
+                }
                 self.grouped_loop::<G, false>(off, e, end)
             }
         }
@@ -1069,7 +1093,13 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     #[inline(always)]
     unsafe fn finish_g<const G: usize>(&mut self, mut vs: [Vals<V>; G], off: isize, e: u64) {
         unsafe {
-            self.compute_g::<G>(&mut vs, e, &[None; 4]);
+            // An op that rounds in `apply` takes the pair's bits there (its stores then add none).
+            let drawn = if const { Self::EVEN_ODD_BLOCKS && O::ROUNDS_IN_APPLY && G == 2 } {
+                self.even_odd_block_bits(e)
+            } else {
+                [None; 4]
+            };
+            self.compute_g::<G>(&mut vs, e, &drawn);
             self.store_g::<G>(vs, off, e, [None; 4]);
         }
     }

@@ -88,8 +88,9 @@ impl<V: Simd> BlockNorms<V> {
         }
     }
 
-    /// [`Self::add`] of a pair of chunks in even/odd order from `e` (a whole group, which no
-    /// block edge cuts: `NORM_BLOCK` is a multiple of 32).
+    /// [`Self::add`] of a pair of chunks in even/odd order from `e`, a multiple of 16 (the
+    /// driver's pairs: a whole 32-element group, or on AVX2 16 elements), which no block edge
+    /// cuts (`NORM_BLOCK` is a multiple of 32).
     #[inline(always)]
     unsafe fn add_even_odd(&mut self, p: [V::F; 2], u: [V::F; 2], e: u64) {
         unsafe {
@@ -228,8 +229,8 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
             let u = self.moments_and_direction(v, e, b, drawn);
             // Staged lanes outside the slice hold zeros, so they add +0 to both sums. Pairs in
             // even/odd order may have come before only where the driver can take them
-            // (`Driver::EVEN_ODD`: paired draws, so paired 16-bit stores).
-            if const { L::EVEN_ODD && V::EVEN_ODD && V::PAIRED_U16 } {
+            // (`Driver::EVEN_ODD`: paired draws, so paired 16-bit stores, or blocks of bits).
+            if const { L::EVEN_ODD && V::EVEN_ODD && (V::PAIRED_U16 || V::RNG_BLOCK) } {
                 self.norms.add::<true>(v.p, u, e);
             } else {
                 self.norms.add::<false>(v.p, u, e);
