@@ -1,7 +1,8 @@
 //! Times one of halfstep's optimizer steps the way `tools/peers_side_by_side.py` times the peers:
 //! the median over 5 batches of repeated steps, in ns per parameter. Storage as the peer rows:
 //! split weights + bf16 grads + f32 state (IPEX's rows: `sgd`, `adagrad`, `adam`, `lamb`), or all f32
-//! (PyTorch's fused CPU rows: `sgd_f32`, `adagrad_f32`, `adam_f32`, `adamw_f32`).
+//! (PyTorch's fused CPU rows: `sgd_f32`, `adagrad_f32`, `adam_f32`, `adamw_f32`); `lamb_bf16sr`: LAMB's
+//! split weights and bf16 grads with bf16 moments rounded stochastically.
 //!
 //! `cargo run --release --example step_timer -- <kernel> <elements> <threads> [grain]`
 //! (`STEP_TIMER_HANDOFF=1`: the steps are handed to a pool the timing thread is not in).
@@ -29,7 +30,7 @@ use placed_buffers::{FIRST_MOMENT, Placed, SECOND_MOMENT, TRAIL};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: step_timer <sgd|adagrad|adam|lamb|sgd_f32|adagrad_f32|adam_f32|adamw_f32> \
+    let usage = "usage: step_timer <sgd|adagrad|adam|lamb|lamb_bf16sr|sgd_f32|adagrad_f32|adam_f32|adamw_f32> \
                  <elements> <threads> [grain]";
     let kernel = args.get(1).expect(usage).as_str();
     let n: usize = args.get(2).expect(usage).parse().expect(usage);
@@ -98,6 +99,10 @@ fn main() {
         }
     };
     let (mut s0, mut s1) = (state(2), state(3));
+    let (mut h0, mut h1) = (
+        placed_from(&top, bf16::ZERO, n, at(2)),
+        placed_from(&top, bf16::ZERO, n, at(3)),
+    );
     if std::env::var_os("STEP_TIMER_ADDRESSES").is_some() {
         for (name, p) in [
             ("top", top.as_ptr() as usize),
@@ -179,6 +184,28 @@ fn main() {
                 grads: Grads::Bf16(g16),
                 exp_avg: State::F32(&mut s0),
                 exp_avg_sq: State::F32(&mut s1),
+                stream,
+            }];
+            if LambConfig::check_workspace(&ws, &t).is_err() {
+                ws = LambWorkspace::for_tensors(&t);
+            }
+            e.step_group(&cfg, &ctx, &mut t, &mut ws, &th).unwrap();
+        }
+        "lamb_bf16sr" => {
+            let cfg = LambConfig {
+                lr: 0.01,
+                weight_decay: 0.01,
+                ..Default::default()
+            };
+            let sr = halfstep::Rounding::Stochastic;
+            let mut t = [LambTensor {
+                weights: Weights::Split {
+                    top: &mut top,
+                    trail: &mut trail,
+                },
+                grads: Grads::Bf16(g16),
+                exp_avg: State::Bf16(&mut h0, sr),
+                exp_avg_sq: State::Bf16(&mut h1, sr),
                 stream,
             }];
             if LambConfig::check_workspace(&ws, &t).is_err() {

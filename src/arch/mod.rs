@@ -436,6 +436,27 @@ pub(crate) trait Simd: Copy + 'static {
         }
     }
 
+    /// The inverse of [`Simd::even_odd_lanes`]: a pair's even and odd lanes back in element
+    /// order, as two chunks (lane `2l` of the two taken as one vector is lane `l` of `even`,
+    /// lane `2l + 1` lane `l` of `odd`).
+    #[inline(always)]
+    unsafe fn lanes_in_order(even: Self::U, odd: Self::U) -> [Self::U; 2] {
+        unsafe {
+            let (x, y, l) = (u32_lanes::<Self>(even), u32_lanes::<Self>(odd), Self::LANES);
+            let lane = |i: usize| {
+                if i.is_multiple_of(2) {
+                    x[i / 2]
+                } else {
+                    y[i / 2]
+                }
+            };
+            [
+                u32_vector::<Self>(lane),
+                u32_vector::<Self>(|j| lane(l + j)),
+            ]
+        }
+    }
+
     // ---- 8-bit and 4-bit memory (the low-bit formats)
     /// Loads `LANES` bytes, zero-extended.
     unsafe fn load_u8(p: *const u8) -> Self::U;
@@ -573,10 +594,16 @@ pub(crate) mod checks {
                 let a = vector::<V>(both);
                 let b = vector::<V>(|l| both(V::LANES + l));
                 let [even, odd] = V::even_odd_lanes(a, b);
+                let [first, second] = V::lanes_in_order(even, odd);
                 let (even, odd) = (lanes::<V>(even), lanes::<V>(odd));
                 for l in 0..V::LANES {
                     assert_eq!(even[l], both(2 * l), "{name}: lanes even {l}");
                     assert_eq!(odd[l], both(2 * l + 1), "{name}: lanes odd {l}");
+                }
+                let (first, second) = (lanes::<V>(first), lanes::<V>(second));
+                for l in 0..V::LANES {
+                    assert_eq!(first[l], both(l), "{name}: lanes in order {l}");
+                    assert_eq!(second[l], both(V::LANES + l), "{name}: lanes in order {l}");
                 }
                 // Sums of squares of four pairs of chunks, in element order and in even/odd order:
                 // the same sums (bit for bit) in each reduction lane, laid out apart. Magnitudes

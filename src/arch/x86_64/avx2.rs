@@ -333,6 +333,19 @@ impl Simd for Avx2 {
         }
     }
     #[inline(always)]
+    unsafe fn lanes_in_order(even: __m256i, odd: __m256i) -> [__m256i; 2] {
+        unsafe {
+            // Interleaved in-lane (elements 0-3 | 8-11, then 4-7 | 12-15), the halves then
+            // paired by one `vperm2i128` each.
+            let lo = _mm256_unpacklo_epi32(even, odd);
+            let hi = _mm256_unpackhi_epi32(even, odd);
+            [
+                _mm256_permute2x128_si256::<0x20>(lo, hi),
+                _mm256_permute2x128_si256::<0x31>(lo, hi),
+            ]
+        }
+    }
+    #[inline(always)]
     unsafe fn even_odd_lanes(a: __m256i, b: __m256i) -> [__m256i; 2] {
         unsafe {
             // In-lane picks (`vshufps`: quadwords a 0/2, b 0/2, a 4/6, b 4/6), put in order by

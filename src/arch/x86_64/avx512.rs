@@ -395,6 +395,20 @@ impl Simd for Avx512 {
     /// A pair is 32 elements from a multiple of 32 (`lane0` is 0): the even elements' low and
     /// high halves are reduction lanes 0, 2, ..., 14 both, the low half first.
     #[inline(always)]
+    unsafe fn lanes_in_order(even: __m512i, odd: __m512i) -> [__m512i; 2] {
+        unsafe {
+            // One two-table `vpermt2d` per chunk: index `i < 16` is lane `i` of `even`, `16 + i`
+            // lane `i` of `odd`.
+            let first = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+            let second =
+                _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+            [
+                _mm512_permutex2var_epi32(even, first, odd),
+                _mm512_permutex2var_epi32(even, second, odd),
+            ]
+        }
+    }
+    #[inline(always)]
     unsafe fn acc_add_squares_even_odd(
         acc: [__m512d; 2],
         even: __m512,

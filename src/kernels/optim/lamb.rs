@@ -361,7 +361,7 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
                     st,
                     d,
                     &mut p1,
-                    [Has, Has, Has, Scratch],
+                    [Has, Has, Has, Kept],
                     memory_saving
                 );
                 p1.norms.close();

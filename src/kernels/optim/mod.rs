@@ -267,6 +267,13 @@ struct Absent;
 /// all, since it is only read back by pass 2, which must see what it would have recomputed.
 type ScratchBuf = F32Buf<false>;
 
+/// LAMB's kept directions as pass 1 writes them: a [`ScratchBuf`] that also takes a pair of
+/// chunks in even/odd order, stored back in element order ([`crate::arch::Simd::lanes_in_order`]),
+/// so that pass 1 takes its pairs in even/odd order where its other buffers are 16-bit, and
+/// pass 2, whatever order it takes, reads each element where it lies.
+#[derive(Clone, Copy)]
+struct KeptBuf(ScratchBuf);
+
 impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
     const WIDE: bool = true;
     const CANONICAL: bool = CANONICAL;
@@ -661,6 +668,67 @@ impl<V: Simd> Access<V> for Absent {
     unsafe fn unstage(&self, _st: &Stage, _c: &Chunk) {}
 }
 
+impl<V: Simd> Access<V> for KeptBuf {
+    const WIDE: bool = true;
+    const CANONICAL: bool = false;
+    const EVEN_ODD: bool = true;
+
+    fn from_buf(b: Option<Buf>) -> Option<Self> {
+        <ScratchBuf as Access<V>>::from_buf(b).map(KeptBuf)
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, off: isize) -> V::F {
+        unsafe { Access::<V>::load(&self.0, off) }
+    }
+
+    #[inline(always)]
+    unsafe fn store(&self, off: isize, v: V::F, rng: &mut RoundingBits<V>, e: u64) {
+        unsafe { Access::<V>::store(&self.0, off, v, rng, e) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_even_odd(&self, off: isize) -> [V::F; 2] {
+        unsafe {
+            let a = V::to_bits(Access::<V>::load(&self.0, off));
+            let b = V::to_bits(Access::<V>::load(&self.0, off + V::LANES as isize));
+            let [even, odd] = V::even_odd_lanes(a, b);
+            [V::from_bits(even), V::from_bits(odd)]
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store_even_odd(
+        &self,
+        off: isize,
+        vs: [V::F; 2],
+        _rng: &mut RoundingBits<V>,
+        _e: u64,
+        _drawn: Option<[V::U; 2]>,
+    ) {
+        unsafe {
+            let [a, b] = V::lanes_in_order(V::to_bits(vs[0]), V::to_bits(vs[1]));
+            V::store(self.0.0.offset(off), V::from_bits(a));
+            V::store(self.0.0.offset(off + V::LANES as isize), V::from_bits(b));
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch(&self, off: isize, ahead: usize) {
+        unsafe { Access::<V>::prefetch(&self.0, off, ahead) }
+    }
+
+    #[inline(always)]
+    unsafe fn stage(&self, st: &mut Stage, c: &Chunk) -> Self {
+        unsafe { KeptBuf(Access::<V>::stage(&self.0, st, c)) }
+    }
+
+    #[inline(always)]
+    unsafe fn unstage(&self, st: &Stage, c: &Chunk) {
+        unsafe { Access::<V>::unstage(&self.0, st, c) }
+    }
+}
+
 /// The run-time kind: each method picks the typed one. Used for a buffer that must be present.
 impl<V: Simd> Access<V> for Buf {
     const MAY_DRAW_BITS: bool = true;
@@ -821,15 +889,19 @@ type Lacks<T> = <T as AbsentFor>::Absent;
 /// A workspace buffer of the library's own (LAMB's kept directions): [`ScratchBuf`] in every
 /// layout.
 type Scratch<T> = <T as AbsentFor>::Scratch;
+/// LAMB's kept directions as pass 1 writes them: [`KeptBuf`] in every layout.
+type Kept<T> = <T as AbsentFor>::Kept;
 
 trait AbsentFor {
     type Absent;
     type Scratch;
+    type Kept;
 }
 
 impl<T> AbsentFor for T {
     type Absent = Absent;
     type Scratch = ScratchBuf;
+    type Kept = KeptBuf;
 }
 
 /// The buffers of one call as passed (kinds known at run time).
