@@ -392,8 +392,6 @@ impl Simd for Avx512 {
             ]
         }
     }
-    /// A pair is 32 elements from a multiple of 32 (`lane0` is 0): the even elements' low and
-    /// high halves are reduction lanes 0, 2, ..., 14 both, the low half first.
     #[inline(always)]
     unsafe fn lanes_in_order(even: __m512i, odd: __m512i) -> [__m512i; 2] {
         unsafe {
@@ -408,6 +406,8 @@ impl Simd for Avx512 {
             ]
         }
     }
+    /// A pair is 32 elements from a multiple of 32 (`lane0` is 0): the even elements' low and
+    /// high halves are reduction lanes 0, 2, ..., 14 both, the low half first.
     #[inline(always)]
     unsafe fn acc_add_squares_even_odd(
         acc: [__m512d; 2],

@@ -930,7 +930,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                 self.full_run_in_order::<G>(off, e, end)
             } else {
                 let (mut off, mut e) = (off, e);
-                // An op that takes pairs whole, from multiples of 16 (`Self::PAIRS_FROM_BLOCKS`).
+                // An op that takes pairs whole gets them from multiples of two chunks (16 elements
+                // on AVX2: `Self::PAIRS_FROM_BLOCKS`).
                 if const { G == 2 && Self::EVEN_ODD && !O::BY_LANE } {
                     let pair = 2 * V::LANES as u64;
                     if !e.is_multiple_of(pair) && e < end {

@@ -270,7 +270,8 @@ type ScratchBuf = F32Buf<false>;
 /// LAMB's kept directions as pass 1 writes them: a [`ScratchBuf`] that also takes a pair of
 /// chunks in even/odd order, stored back in element order ([`crate::arch::Simd::lanes_in_order`]),
 /// so that pass 1 takes its pairs in even/odd order where its other buffers are 16-bit, and
-/// pass 2, whatever order it takes, reads each element where it lies.
+/// pass 2, whatever order it takes, reads each element where it lies. (Pass 1 only writes it;
+/// a pair loaded would be put in even/odd order the same way.)
 #[derive(Clone, Copy)]
 struct KeptBuf(ScratchBuf);
 
