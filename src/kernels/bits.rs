@@ -495,6 +495,12 @@ struct FillBlock<'a, V: Simd, const EVEN_ODD: bool> {
 /// Where the odd elements' words of a block in the even/odd layout start.
 const ODD_WORDS: usize = BLOCK / 2;
 
+/// The word of a block in the even/odd layout that holds element `i` of the block.
+#[inline(always)]
+const fn even_odd_word(i: usize) -> usize {
+    i % 2 * ODD_WORDS + i / 2
+}
+
 /// [`RoundingBits`]' `partner` of a second moment that reads its first moment's blocks: never
 /// the address of a block.
 const READS_FIRST_MOMENTS: *const u32 = core::ptr::dangling();
@@ -587,11 +593,7 @@ impl<V: Simd, const EVEN_ODD: bool> FillBlock<'_, V, EVEN_ODD> {
             let x = arch::u32_lanes::<V>(r);
             for l in lanes {
                 let i = off as usize + l;
-                *self.dst.add(if EVEN_ODD {
-                    i % 2 * ODD_WORDS + i / 2
-                } else {
-                    i
-                }) = x[l];
+                *self.dst.add(if EVEN_ODD { even_odd_word(i) } else { i }) = x[l];
             }
         }
     }
@@ -1386,7 +1388,7 @@ pub(crate) mod checks {
                 }
                 let even_odd = unsafe { filled::<V, true>(coord, base, n) };
                 for i in 0..n {
-                    let got = even_odd[i % 2 * ODD_WORDS + i / 2];
+                    let got = even_odd[even_odd_word(i)];
                     assert_eq!(
                         got,
                         want(i),

@@ -172,10 +172,10 @@ trait Access<V: Simd>: Copy {
     }
 
     /// The two chunks from `off` in even/odd order ([`crate::arch::Simd::load_u16_high_even_odd`]).
-    /// Called only where [`Access::EVEN_ODD`].
+    /// Called only where [`Access::EVEN_ODD`], for a buffer the op reads (not [`KeptBuf`]).
     #[inline(always)]
     unsafe fn load_even_odd(&self, _off: isize) -> [V::F; 2] {
-        unreachable!("load_even_odd of a kind without EVEN_ODD")
+        unreachable!("load_even_odd of a kind without even/odd loads")
     }
 
     /// Stores the two chunks `vs` from `off` (global `e`), given in even/odd order; a stochastic
@@ -270,8 +270,8 @@ type ScratchBuf = F32Buf<false>;
 /// LAMB's kept directions as pass 1 writes them: a [`ScratchBuf`] that also takes a pair of
 /// chunks in even/odd order, stored back in element order ([`crate::arch::Simd::lanes_in_order`]),
 /// so that pass 1 takes its pairs in even/odd order where its other buffers are 16-bit, and
-/// pass 2, whatever order it takes, reads each element where it lies. (Pass 1 only writes it;
-/// a pair loaded would be put in even/odd order the same way.)
+/// pass 2, whatever order it takes, reads each element where it lies. Pass 1 only writes it
+/// (its op reads no state slot 2), so it keeps the trait's `load_even_odd`, never called.
 #[derive(Clone, Copy)]
 struct KeptBuf(ScratchBuf);
 
@@ -686,16 +686,6 @@ impl<V: Simd> Access<V> for KeptBuf {
     #[inline(always)]
     unsafe fn store(&self, off: isize, v: V::F, rng: &mut RoundingBits<V>, e: u64) {
         unsafe { Access::<V>::store(&self.0, off, v, rng, e) }
-    }
-
-    #[inline(always)]
-    unsafe fn load_even_odd(&self, off: isize) -> [V::F; 2] {
-        unsafe {
-            let a = V::to_bits(Access::<V>::load(&self.0, off));
-            let b = V::to_bits(Access::<V>::load(&self.0, off + V::LANES as isize));
-            let [even, odd] = V::even_odd_lanes(a, b);
-            [V::from_bits(even), V::from_bits(odd)]
-        }
     }
 
     #[inline(always)]
