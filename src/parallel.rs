@@ -13,8 +13,8 @@
 //!   worker, and a single tensor larger than a piece is halved at the aligned index nearest its
 //!   middle;
 //! - on a team ([`Threads::calling_thread_pool`], `crate::team`), from the front into pieces of
-//!   about `elements / (4 × members)`, which the members and the calling thread take one at a
-//!   time from a batch on the calling thread's stack.
+//!   about `elements / (4 × members)` (`elements / (8 × members)` for large groups), which the
+//!   members and the calling thread take one at a time from a batch on the calling thread's stack.
 //!
 //! Where the caller stands matters for small steps: a thread outside a rayon pool hands the whole
 //! step over and sleeps until it comes back, microseconds per call (`examples/handoff.rs`;
@@ -313,7 +313,7 @@ pub(crate) enum Split<'t> {
     Serial,
     /// Halves handed to rayon's `join` down to pieces of at most `piece` elements.
     Rayon { piece: usize },
-    /// About four pieces per member of the team, taken by whichever member is free; members take
+    /// Four or eight pieces per member of the team, taken by whichever member is free; members take
     /// part only while each has at least `min` elements.
     Team { team: &'t Entered<'t>, min: usize },
 }
@@ -426,12 +426,20 @@ pub(crate) fn for_pieces<C: Pieces, S: Side, L: Leaf<C, S>>(
     }
 }
 
-/// Pieces a team takes at most at once: four per member of a 16-thread team. A group cut into
+/// Pieces a team takes at most at once: eight per member of a 16-thread team. A group cut into
 /// more (a larger team, or many small tensors) is run in several rounds.
-const TEAM_BATCH: usize = 64;
+const TEAM_BATCH: usize = 128;
+
+/// A team cuts eight pieces per member where each still holds this many times a member's least
+/// share `min` (32K elements at the default grain: from 4M elements on 16 threads), else four. On
+/// hosts whose vCPUs run at uneven speeds the step ends when the slowest member finishes the
+/// piece it is in, and a smaller piece ends sooner. At 256K–1M elements on 16 threads (pieces of
+/// 2K–8K) the extra pieces cost more than they saved (docs/DESIGN.md, "Parallel driver").
+const FINE_PIECE_MINS: usize = 8;
 
 /// [`for_pieces`] on a team: the group cut from the front into pieces of about
-/// `elements / (4 × members)` (at [`SPLIT_ALIGN`] boundaries, tensors never joined), which the
+/// `elements / (8 × members)`, or `elements / (4 × members)` where those would be under
+/// [`FINE_PIECE_MINS`] × `min` (at [`SPLIT_ALIGN`] boundaries, tensors never joined), which the
 /// members take one at a time.
 fn team_pieces<'a, C: Pieces, S: Side, L: Leaf<C, S>>(
     team: &Entered<'_>,
@@ -445,7 +453,10 @@ fn team_pieces<'a, C: Pieces, S: Side, L: Leaf<C, S>>(
     if members <= 1 {
         return list::<C, S, L>(ts, side, leaf, Split::Serial);
     }
-    let piece = aligned(total.div_ceil(4 * members));
+    let piece = match aligned(total.div_ceil(8 * members)) {
+        fine if fine >= FINE_PIECE_MINS.saturating_mul(min) => fine,
+        _ => aligned(total.div_ceil(4 * members)),
+    };
     let align = SPLIT_ALIGN as u64;
     let run = |(t, s): (C::Tensor<'a>, S)| leaf.run(t, s);
     let mut batch = Batch::<(C::Tensor<'a>, S), TEAM_BATCH>::new();

@@ -257,14 +257,15 @@ impl<'t> Entered<'t> {
         batch: &mut Batch<T, N>,
         f: &(impl Fn(T) + Sync),
     ) {
-        const { assert!(N <= 64, "one bit of `taken` per item") };
+        const { assert!(N <= 128, "one bit of `taken` per item") };
         let len = std::mem::replace(&mut batch.len, 0);
         let items = Items(batch.items.as_ptr());
         let helpers = helpers.min(len.saturating_sub(1)).min(self.size() - 1);
         let members = helpers + 1;
-        let taken = AtomicU64::new(0);
+        // Item `i`'s bit is bit `i % 64` of word `i / 64`.
+        let taken = [AtomicU64::new(0), AtomicU64::new(0)];
         let run = |i: usize| {
-            let bit = 1u64 << i;
+            let (taken, bit) = (&taken[i / 64], 1u64 << (i % 64));
             if taken.load(Ordering::Relaxed) & bit == 0
                 && taken.fetch_or(bit, Ordering::Relaxed) & bit == 0
             {
@@ -384,15 +385,15 @@ pub(crate) mod checks {
     use super::*;
     use std::sync::atomic::AtomicU32;
 
-    /// How many times each of 16 slots was taken when `entered` drains a batch of items
+    /// How many times each of the `N` slots of a batch was taken when `entered` drains items
     /// `0..len` with `helpers` helpers.
-    fn drain_counts(entered: &Entered<'_>, helpers: usize, len: usize) -> Vec<u32> {
-        let seen: Vec<AtomicU32> = (0..16).map(|_| AtomicU32::new(0)).collect();
-        let mut batch = Batch::<usize, 16>::new();
+    fn drain_counts<const N: usize>(entered: &Entered<'_>, helpers: usize, len: usize) -> Vec<u32> {
+        let seen: Vec<AtomicU32> = (0..N).map(|_| AtomicU32::new(0)).collect();
+        let mut batch = Batch::<usize, N>::new();
         for i in 0..len {
             batch.push(i);
         }
-        assert_eq!(batch.is_full(), len == 16);
+        assert_eq!(batch.is_full(), len == N);
         entered.drain(helpers, &mut batch, &|i| {
             seen[i].fetch_add(1, Ordering::Relaxed);
         });
@@ -433,7 +434,11 @@ pub(crate) mod checks {
             "a second step while one holds the team"
         );
         for len in [0, 1, 2, 5, 16] {
-            assert_each_taken_once(&drain_counts(&entered, 3, len), len, "team of 4");
+            assert_each_taken_once(&drain_counts::<16>(&entered, 3, len), len, "team of 4");
+        }
+        // Past 64 items the bits are in a second word.
+        for len in [64, 65, 100, 128] {
+            assert_each_taken_once(&drain_counts::<128>(&entered, 3, len), len, "team of 4");
         }
         a_panic_reaches_the_caller(&entered, 3);
         let ran = AtomicU32::new(0);
@@ -506,9 +511,12 @@ pub(crate) mod checks {
         assert_eq!(omp.max_threads(), 3);
         for size in [1, 2, 3] {
             let entered = Entered::openmp(&omp, size);
+            let what = format!("OpenMP, {size} threads");
             for len in [0, 1, 2, 5, 16] {
-                let what = format!("OpenMP, {size} threads");
-                assert_each_taken_once(&drain_counts(&entered, size - 1, len), len, &what);
+                assert_each_taken_once(&drain_counts::<16>(&entered, size - 1, len), len, &what);
+            }
+            for len in [65, 128] {
+                assert_each_taken_once(&drain_counts::<128>(&entered, size - 1, len), len, &what);
             }
         }
         a_panic_reaches_the_caller(&Entered::openmp(&omp, 3), 2);
@@ -525,7 +533,7 @@ pub(crate) mod checks {
         // A runtime that gives a region 3 threads where 2 were asked for: the third is numbered 1.
         // SAFETY: libgomp's behaviour but for the count; the functions live as long as the program.
         let wide = unsafe { OpenMp::new(parallel_of_three, thread_num, max_threads) };
-        let counts = drain_counts(&Entered::openmp(&wide, 2), 1, 16);
+        let counts = drain_counts::<16>(&Entered::openmp(&wide, 2), 1, 16);
         assert!(counts.iter().all(|&c| c == 1), "{counts:?}");
     }
 }

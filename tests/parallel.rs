@@ -413,11 +413,13 @@ fn lamb_groups_give_the_same_bits_whether_or_not_the_workspace_keeps_directions(
 
 #[test]
 fn for_each_piece_covers_every_element_once_on_every_pool() {
-    // The group's shapes and an empty tensor: each element in exactly one call, within its
-    // tensor, on every pool; on a cut tensor the pieces start at multiples of SPLIT_ALIGN of the
-    // global index, as a step's.
+    // The group's shapes, an empty tensor and a large one: each element in exactly one call,
+    // within its tensor, on every pool; on a cut tensor the pieces start at multiples of
+    // SPLIT_ALIGN of the global index, as a step's. With the large tensor, teams of 2 and 3 at the
+    // finest grain cut eight pieces per member (pieces of at least 8 x 2048 elements).
     let mut tensors: Vec<(usize, u64)> = SHAPES.iter().map(|&(n, base, _)| (n, base)).collect();
     tensors.push((0, 9));
+    tensors.push((300_000, 3 * SPLIT_ALIGN as u64 + 5));
     for (name, threads) in thread_setups() {
         let seen: Vec<Vec<std::sync::atomic::AtomicU32>> = tensors
             .iter()

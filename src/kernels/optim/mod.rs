@@ -1078,7 +1078,7 @@ unsafe fn prefetch_ahead<V: Simd, T>(p: *mut T, off: isize, bytes: usize) {
 
 /// Pieces shorter than this do not prefetch: up to here the data tends to be in L2 or L3, where
 /// the extra instructions cost more than the latency they hide. A piece, not a tensor: the
-/// parallel driver cuts large tensors into pieces of `elements / (4 × threads)`.
+/// parallel driver cuts large tensors into pieces of `elements / (8 × threads)` on a team.
 pub(crate) const PREFETCH_MIN: usize = 128 * 1024;
 
 /// Whether a step's piece of `n` elements prefetches: from [`PREFETCH_MIN`] elements where
