@@ -433,8 +433,9 @@ const TEAM_BATCH: usize = 128;
 /// A team cuts eight pieces per member where each still holds this many times a member's least
 /// share `min` (32K elements at the default grain: from 4M elements on 16 threads), else four. On
 /// hosts whose vCPUs run at uneven speeds the step ends when the slowest member finishes the
-/// piece it is in, and a smaller piece ends sooner. At 256K–1M elements on 16 threads (pieces of
-/// 2K–8K) the extra pieces cost more than they saved (docs/DESIGN.md, "Parallel driver").
+/// piece it is in, and a smaller piece ends sooner. At 256K elements on 16 threads (pieces of 2K)
+/// the extra pieces cost more than they saved, at 1M about as much (docs/DESIGN.md, "Parallel
+/// driver").
 const FINE_PIECE_MINS: usize = 8;
 
 /// [`for_pieces`] on a team: the group cut from the front into pieces of about

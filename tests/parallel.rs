@@ -416,16 +416,22 @@ fn for_each_piece_covers_every_element_once_on_every_pool() {
     // The group's shapes, an empty tensor and a large one: each element in exactly one call,
     // within its tensor, on every pool; on a cut tensor the pieces start at multiples of
     // SPLIT_ALIGN of the global index, as a step's. With the large tensor, teams of 2 and 3 at the
-    // finest grain cut eight pieces per member (pieces of at least 8 x 2048 elements).
+    // finest grain cut eight pieces per member (pieces of at least 8 x 2048 elements): a team of 2
+    // cuts the large tensor into 14 pieces, where four per member would make 7.
     let mut tensors: Vec<(usize, u64)> = SHAPES.iter().map(|&(n, base, _)| (n, base)).collect();
     tensors.push((0, 9));
     tensors.push((300_000, 3 * SPLIT_ALIGN as u64 + 5));
+    let large = tensors.len() - 1;
     for (name, threads) in thread_setups() {
         let seen: Vec<Vec<std::sync::atomic::AtomicU32>> = tensors
             .iter()
             .map(|&(n, _)| (0..n).map(|_| Default::default()).collect())
             .collect();
+        let large_pieces = std::sync::atomic::AtomicU32::new(0);
         threads.for_each_piece(&tensors, |i, r| {
+            if i == large {
+                large_pieces.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             assert!(
                 r.start < r.end && r.end <= tensors[i].0,
                 "{name}: {i} {r:?}"
@@ -446,6 +452,10 @@ fn for_each_piece_covers_every_element_once_on_every_pool() {
                     "{name}: {i}[{e}]"
                 );
             }
+        }
+        if name == "team of 2, finest grain" {
+            let pieces = large_pieces.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(pieces > 8, "{name}: the large tensor in {pieces} pieces");
         }
     }
 }
