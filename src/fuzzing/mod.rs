@@ -39,7 +39,8 @@ pub enum Target {
     Adam,
     /// LAMB.
     Lamb,
-    /// A group of tensors (any optimizer) stepped in one call on thread pools of several sizes.
+    /// A group of tensors (any optimizer) stepped in one call on rayon pools and teams of several
+    /// sizes.
     Group,
     /// fp8 E4M3 / E5M2 and NVFP4 / MXFP4 quantization and dequantization.
     Quant,

@@ -458,6 +458,16 @@ pub(super) fn pools() -> &'static [Arc<ThreadPool>] {
     })
 }
 
+/// Teams of 2 to 4 members (the calling thread and threads of the team's own), made once.
+fn teams() -> &'static [Threads] {
+    static TEAMS: OnceLock<Vec<Threads>> = OnceLock::new();
+    TEAMS.get_or_init(|| {
+        (2..=4)
+            .map(|n| Threads::calling_thread_pool(n).expect("a team"))
+            .collect()
+    })
+}
+
 pub(super) fn group(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
     let n = u.int_in_range(1usize..=4)?;
     let mut data = Vec::with_capacity(n);
@@ -480,8 +490,8 @@ pub(super) fn group(u: &mut Unstructured<'_>) -> AResult<Result<(), String>> {
 }
 
 /// Steps `data` as one group on the reference on the calling thread, checks that against each
-/// tensor stepped alone, then runs every backend on pools of 1 to 4 threads with `grain` and
-/// reports the first difference in result or bits.
+/// tensor stepped alone, then runs every backend on rayon pools of 1 to 4 threads and teams of 2
+/// to 4 with `grain` and reports the first difference in result or bits.
 pub fn compare_group(
     step: &OptimizerStep,
     data: &[TensorData],
@@ -514,17 +524,27 @@ pub fn compare_group(
     }
     let mut engines = backends();
     engines.push(reference());
+    let setups = pools()
+        .iter()
+        .enumerate()
+        .map(|(i, pool)| (format!("{} threads", i + 1), Threads::pool(pool.clone())))
+        .chain(
+            teams()
+                .iter()
+                .enumerate()
+                .map(|(i, team)| (format!("a team of {}", i + 2), team.clone())),
+        )
+        .collect::<Vec<_>>();
     for e in engines {
-        for (i, pool) in pools().iter().enumerate() {
+        for (name, threads) in &setups {
             let mut d = data.to_vec();
-            let got = step.run_group(e, &mut d, &Threads::pool(pool.clone()).with_grain(grain));
+            let got = step.run_group(e, &mut d, &threads.clone().with_grain(grain));
             let got_bits = all_bits(&d);
             if got != want || got_bits != want_bits {
                 let at = got_bits.iter().zip(&want_bits).position(|(a, b)| a != b);
                 return Err(format!(
-                    "{} on {} threads, grain {grain}: result {got:?} (reference {want:?}), first different word {at:?}\nstep: {step:?}",
+                    "{} on {name}, grain {grain}: result {got:?} (reference {want:?}), first different word {at:?}\nstep: {step:?}",
                     e.backend(),
-                    i + 1
                 ));
             }
         }
