@@ -422,6 +422,7 @@ fn for_each_piece_covers_every_element_once_on_every_pool() {
     tensors.push((0, 9));
     tensors.push((300_000, 3 * SPLIT_ALIGN as u64 + 5));
     let large = tensors.len() - 1;
+    let mut large_checked = false;
     for (name, threads) in thread_setups() {
         let seen: Vec<Vec<std::sync::atomic::AtomicU32>> = tensors
             .iter()
@@ -454,8 +455,11 @@ fn for_each_piece_covers_every_element_once_on_every_pool() {
             }
         }
         if name == "team of 2, finest grain" {
+            large_checked = true;
             let pieces = large_pieces.load(std::sync::atomic::Ordering::Relaxed);
             assert!(pieces > 8, "{name}: the large tensor in {pieces} pieces");
         }
     }
+    // A renamed setup would otherwise skip the piece count unseen.
+    assert!(large_checked, "no setup named \"team of 2, finest grain\"");
 }
