@@ -63,6 +63,22 @@ fn bf16_sr(b: Backend) -> Kernel {
     })
 }
 
+fn bf16_nearest(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (src, mut dst) = (values(1.0), vec![bf16::ZERO; N]);
+    Box::new(move || {
+        e.f32_to_bf16(
+            &src,
+            &mut dst,
+            Rounding::NearestEven,
+            &ctx(),
+            &TensorStream::new(1),
+        )
+        .unwrap();
+        black_box(&dst);
+    })
+}
+
 fn f16_sr(b: Backend) -> Kernel {
     let e = engine(b);
     let (src, mut dst) = (values(1.0), vec![f16::ZERO; N]);
@@ -394,6 +410,9 @@ fn e4m3_sr(b: Backend) -> Kernel {
 #[bench::bf16_sr_reference(args = (Backend::Reference), setup = bf16_sr)]
 #[bench::bf16_sr_portable(args = (Backend::Portable), setup = bf16_sr)]
 #[bench::bf16_sr_avx2(args = (Backend::Avx2), setup = bf16_sr)]
+#[bench::bf16_nearest_reference(args = (Backend::Reference), setup = bf16_nearest)]
+#[bench::bf16_nearest_portable(args = (Backend::Portable), setup = bf16_nearest)]
+#[bench::bf16_nearest_avx2(args = (Backend::Avx2), setup = bf16_nearest)]
 #[bench::f16_sr_reference(args = (Backend::Reference), setup = f16_sr)]
 #[bench::f16_sr_portable(args = (Backend::Portable), setup = f16_sr)]
 #[bench::f16_sr_avx2(args = (Backend::Avx2), setup = f16_sr)]

@@ -195,63 +195,85 @@ fn conversions_agree() {
         );
     }
     for c in cases() {
-        let mut r = rng(c.len as u64 * 31 + c.off as u64);
-        let src = Padded::new(&values(&mut r, c.len), c.off);
-        let src16: Vec<u16> = (0..c.len).map(|_| r.next_u32() as u16).collect();
-        let src16 = Padded::new(&src16, c.off);
-        for rounding in [
-            Rounding::NearestEven,
-            Rounding::Stochastic,
-            Rounding::TowardZero,
-        ] {
-            let run = |e: Engine| {
-                let mut b = Padded::new(&vec![bf16::ZERO; c.len], c.off);
-                let mut h = Padded::new(&vec![f16::ZERO; c.len], c.off);
-                let rb = e.f32_to_bf16(src.s(), b.m(), rounding, &c.ctx, &c.stream);
-                let rh = e.f32_to_f16(src.s(), h.m(), rounding, &c.ctx, &c.stream);
-                (
-                    rb,
-                    rh,
-                    bits16(&b.buf, bf16::to_bits),
-                    bits16(&h.buf, f16::to_bits),
-                )
-            };
-            let want = run(reference());
-            for e in backends() {
-                assert_eq!(run(e), want, "{:?} {rounding:?} {c:?}", e.backend());
-            }
-        }
+        conversions_agree_on(&c);
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "long slices: too slow under Miri")]
+fn conversions_agree_on_slices_long_enough_to_prefetch() {
+    // From PREFETCH_MIN elements on, where prefetching is on (HALFSTEP_PREFETCH=on, Intel CPUs),
+    // a conversion's full chunks prefetch ahead, past the slice's end near it, in the stochastic
+    // loop and in the loop that rounds 32 elements at a time without random bits.
+    conversions_agree_on(&Case {
+        len: PREFETCH_MIN + 4133,
+        off: 5,
+        ctx: StepContext::new(11, 3),
+        stream: TensorStream {
+            id: 4,
+            index_base: 1003,
+        },
+    });
+}
+
+/// The bf16 and f16 conversions, split and combine on `c`, every backend against the reference.
+fn conversions_agree_on(c: &Case) {
+    let mut r = rng(c.len as u64 * 31 + c.off as u64);
+    let src = Padded::new(&values(&mut r, c.len), c.off);
+    let src16: Vec<u16> = (0..c.len).map(|_| r.next_u32() as u16).collect();
+    let src16 = Padded::new(&src16, c.off);
+    for rounding in [
+        Rounding::NearestEven,
+        Rounding::Stochastic,
+        Rounding::TowardZero,
+    ] {
         let run = |e: Engine| {
-            let as_bf: Vec<bf16> = src16.s().iter().map(|&h| bf16::from_bits(h)).collect();
-            let as_h: Vec<f16> = src16.s().iter().map(|&h| f16::from_bits(h)).collect();
-            let (mut a, mut b, mut d) = (
-                Padded::new(&vec![0f32; c.len], c.off),
-                Padded::new(&vec![0f32; c.len], c.off),
-                Padded::new(&vec![0f32; c.len], c.off),
-            );
-            let (mut top, mut trail) = (
-                Padded::new(&vec![bf16::ZERO; c.len], c.off),
-                Padded::new(&vec![0u16; c.len], c.off),
-            );
-            let results = [
-                e.bf16_to_f32(&as_bf, a.m()),
-                e.f16_to_f32(&as_h, b.m()),
-                e.split(src.s(), top.m(), trail.m()),
-                e.combine(&to_bf16(src.s()), src16.s(), d.m()),
-            ];
+            let mut b = Padded::new(&vec![bf16::ZERO; c.len], c.off);
+            let mut h = Padded::new(&vec![f16::ZERO; c.len], c.off);
+            let rb = e.f32_to_bf16(src.s(), b.m(), rounding, &c.ctx, &c.stream);
+            let rh = e.f32_to_f16(src.s(), h.m(), rounding, &c.ctx, &c.stream);
             (
-                results,
-                bits32(&a.buf),
-                bits32(&b.buf),
-                bits16(&top.buf, bf16::to_bits),
-                trail.buf,
-                bits32(&d.buf),
+                rb,
+                rh,
+                bits16(&b.buf, bf16::to_bits),
+                bits16(&h.buf, f16::to_bits),
             )
         };
         let want = run(reference());
         for e in backends() {
-            assert_eq!(run(e), want, "{:?} widen/split/combine {c:?}", e.backend());
+            assert_eq!(run(e), want, "{:?} {rounding:?} {c:?}", e.backend());
         }
+    }
+    let run = |e: Engine| {
+        let as_bf: Vec<bf16> = src16.s().iter().map(|&h| bf16::from_bits(h)).collect();
+        let as_h: Vec<f16> = src16.s().iter().map(|&h| f16::from_bits(h)).collect();
+        let (mut a, mut b, mut d) = (
+            Padded::new(&vec![0f32; c.len], c.off),
+            Padded::new(&vec![0f32; c.len], c.off),
+            Padded::new(&vec![0f32; c.len], c.off),
+        );
+        let (mut top, mut trail) = (
+            Padded::new(&vec![bf16::ZERO; c.len], c.off),
+            Padded::new(&vec![0u16; c.len], c.off),
+        );
+        let results = [
+            e.bf16_to_f32(&as_bf, a.m()),
+            e.f16_to_f32(&as_h, b.m()),
+            e.split(src.s(), top.m(), trail.m()),
+            e.combine(&to_bf16(src.s()), src16.s(), d.m()),
+        ];
+        (
+            results,
+            bits32(&a.buf),
+            bits32(&b.buf),
+            bits16(&top.buf, bf16::to_bits),
+            trail.buf,
+            bits32(&d.buf),
+        )
+    };
+    let want = run(reference());
+    for e in backends() {
+        assert_eq!(run(e), want, "{:?} widen/split/combine {c:?}", e.backend());
     }
 }
 

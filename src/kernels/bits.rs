@@ -711,6 +711,13 @@ pub(crate) trait RoundsChunks<V: Simd> {
     /// The stream whose bits [`full_run_spans`] makes for this conversion, where it should
     /// ([`spans_inline`]); `None`: the chunks take their bits from their [`RoundingBits`].
     fn span_coord(&self) -> Option<BitsCoord>;
+    /// Whether the rounding takes no random bits (nearest-even, toward zero), so that any chunks
+    /// may be rounded with zero bits in place of theirs, and [`Self::round_pair`] and
+    /// [`Self::round_group`] may be used on chunks that are not a span's.
+    #[inline(always)]
+    fn rounds_without_bits(&self) -> bool {
+        false
+    }
 }
 
 /// Whether a conversion with `rounding` runs its full chunks through [`full_run_spans`]: a

@@ -50,6 +50,10 @@ macro_rules! rounds_chunks {
             unsafe fn round_group(&mut self, off: isize, w: [V::U; 2], mask: V::U) {
                 unsafe { self.group_with(self.src.offset(off), self.dst.offset(off), w, mask) }
             }
+            #[inline(always)]
+            fn rounds_without_bits(&self) -> bool {
+                self.rounding != $crate::reference::round::Rounding::Stochastic
+            }
         });
     };
     ($body:ident) => {
@@ -260,8 +264,16 @@ impl<V: Simd, B: RoundsChunks<V>, T> RoundsChunks<V> for Prefetched<'_, B, T> {
         unsafe { self.body.round_pair(off, lo, hi) }
     }
     #[inline(always)]
+    unsafe fn round_group(&mut self, off: isize, w: [V::U; 2], mask: V::U) {
+        unsafe { self.body.round_group(off, w, mask) }
+    }
+    #[inline(always)]
     fn span_coord(&self) -> Option<BitsCoord> {
         self.body.span_coord()
+    }
+    #[inline(always)]
+    fn rounds_without_bits(&self) -> bool {
+        self.body.rounds_without_bits()
     }
 }
 
@@ -277,8 +289,43 @@ pub(crate) unsafe fn conversion_full_run<V: Simd, B: ChunkBody<V> + RoundsChunks
     unsafe {
         match body.span_coord() {
             Some(coord) => full_run_spans::<V, B>(body, coord, off, e, end),
+            None if body.rounds_without_bits() && matches!(V::LANES, 8 | 16) => {
+                full_run_groups::<V, B>(body, off, e, end)
+            }
             None => full_run_plain::<V, B>(body, off, e, end),
         }
+    }
+}
+
+/// [`conversion_full_run`] where the rounding takes no random bits (nearest-even, toward zero):
+/// 32 elements at a time, as the stochastic loop rounds them ([`RoundsChunks::round_group`] on
+/// 8 lanes, [`RoundsChunks::round_pair`] on 16), with zero bits, then the last full chunks one by
+/// one. A bf16 body then tests the 32 for NaN once and stores them in 256- or 512-bit lines, where
+/// chunk by chunk it took a test and a branch and a 128-bit store with a shuffle per 8 lanes on
+/// AVX2 (Zen 5 VM, 64K: nearest-even 0.127 ns per element against stochastic's 0.085).
+#[inline(always)]
+unsafe fn full_run_groups<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
+    body: &mut B,
+    mut off: isize,
+    mut e: u64,
+    end: u64,
+) {
+    unsafe {
+        let zero = V::splat_u(0);
+        while e + 32 <= end {
+            if body.prefetching() {
+                body.prefetch(off);
+                body.prefetch(off + 16);
+            }
+            if V::LANES == 8 {
+                body.round_group(off, [zero, zero], zero);
+            } else {
+                body.round_pair(off, zero, zero);
+            }
+            off += 32;
+            e += 32;
+        }
+        full_run_plain::<V, B>(body, off, e, end)
     }
 }
 
