@@ -2,13 +2,14 @@
 """The "fastest peer / halfstep" tables of BENCHMARKS.md, from the JSON that
 `../shared/bench/peers_user.py --json OUT` writes.
 
-    tools/fastest_peer.py [--ipex] OUT.json [MORE.json ...]
+    tools/fastest_peer.py [--ipex] [--pool] OUT.json [MORE.json ...]
 
 In each alternation, the fastest fp32 peer is the shortest step time among torch fused and DeepSpeed
 (and IPEX's fp32 step with --ipex, where installed); a cell is the median over the alternations of
 that time over halfstep's in the same alternation (> 1: halfstep faster), as peers_user.py takes its own
 one-peer ratios. Where two files hold the same update, workload and thread count, the later file's cell is
-the one printed. Printed as markdown:
+the one printed; with --pool, the cell is the median over the alternations of all of them (each alternation's
+ratio within its own call). Printed as markdown:
 
 - per update and thread count, fp32 / split (split weights, bf16 gradients) for each workload; with
   --ipex, halfstep's split step is also measured against IPEX's split step;
@@ -27,37 +28,40 @@ def workload_key(w):
     return (ORDER.index(w), w) if w in ORDER else (len(ORDER), w)
 
 
-def cells(rows, peers, peer_of, halfstep):
-    """{(group, threads, workload): median over alternations of peer time / halfstep time}."""
-    by = {}
-    for r in rows:
-        if "times_s" in r:
-            by.setdefault((r["group"], r["threads"], r["workload"]), {})[r["entry"]] = r["times_s"]
-    out = {}
-    for key, entries in by.items():
-        if halfstep not in entries:
-            continue
-        mine = entries[halfstep]
-        theirs = [entries[p] for p in peer_of(key[0], peers) if p in entries]
-        if not theirs:
-            continue
-        ratios = [min(t[i] for t in theirs) / mine[i] for i in range(len(mine))]
-        out[key] = statistics.median(ratios)
-    return out
+def cells(calls, peers, peer_of, halfstep, pool):
+    """{(group, threads, workload): median over alternations of peer time / halfstep time}, from the
+    rows of each call in turn: a later call's cell replaces an earlier one's, or with `pool` adds its
+    alternations to it."""
+    ratios = {}
+    for rows in calls:
+        by = {}
+        for r in rows:
+            if "times_s" in r:
+                by.setdefault((r["group"], r["threads"], r["workload"]), {})[r["entry"]] = r["times_s"]
+        for key, entries in by.items():
+            if halfstep not in entries:
+                continue
+            mine = entries[halfstep]
+            theirs = [entries[p] for p in peer_of(key[0], peers) if p in entries]
+            if not theirs:
+                continue
+            these = [min(t[i] for t in theirs) / mine[i] for i in range(len(mine))]
+            ratios[key] = ratios.get(key, []) + these if pool else these
+    return {key: statistics.median(r) for key, r in ratios.items()}
 
 
 def main():
     args = sys.argv[1:]
     ipex = "--ipex" in args
-    files = [a for a in args if a != "--ipex"]
+    pool = "--pool" in args
+    files = [a for a in args if a not in ("--ipex", "--pool")]
     if not files:
         sys.exit(__doc__)
-    rows = []
+    calls = []
     for f in files:
         d = json.load(open(f))
         # One run per thread count, merged under "runs" when --threads named several.
-        for run in d.get("runs", [d]):
-            rows += run["rows"]
+        calls.append([row for run in d.get("runs", [d]) for row in run["rows"]])
     peers = FP32_PEERS | ({"ipex"} if ipex else set())
 
     def fp32_peers(_group, peers):
@@ -67,8 +71,8 @@ def main():
         # IPEX's own split step is a peer of halfstep's, and faster than its fp32 one for SGD.
         return sorted(peers | ({"ipex_split"} if ipex else set()))
 
-    fp32 = cells(rows, peers, fp32_peers, "hs")
-    split = cells(rows, peers, split_peers, "hs_split")
+    fp32 = cells(calls, peers, fp32_peers, "hs", pool)
+    split = cells(calls, peers, split_peers, "hs_split", pool)
     keys = sorted(set(fp32) | set(split))
     workloads = sorted({k[2] for k in keys}, key=workload_key)
     names = " and ".join(["torch fused", "DeepSpeed"] + (["IPEX"] if ipex else []))
@@ -82,8 +86,8 @@ def main():
             row.append("–" if a is None else f"{a:.2f} / {b:.2f}" if b is not None else f"{a:.2f}")
         print(f"| {group} | {threads} | " + " | ".join(row) + " |")
 
-    states = cells(rows, peers, fp32_peers, "hs_split_sbf16")
-    bf16w = cells(rows, peers, lambda _g, _p: ["ds_bf16w"], "hs_bf16w")
+    states = cells(calls, peers, fp32_peers, "hs_split_sbf16", pool)
+    bf16w = cells(calls, peers, lambda _g, _p: ["ds_bf16w"], "hs_bf16w", pool)
     if states or bf16w:
         print("\nAdamW: fastest fp32 peer / split weights with bf16-SR states; "
               "DeepSpeed bf16 weights (nearest) / bf16-SR weights:\n")
