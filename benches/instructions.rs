@@ -48,33 +48,19 @@ fn random_bits(b: Backend) -> Kernel {
 }
 
 fn bf16_sr(b: Backend) -> Kernel {
-    let e = engine(b);
-    let (src, mut dst) = (values(1.0), vec![bf16::ZERO; N]);
-    Box::new(move || {
-        e.f32_to_bf16(
-            &src,
-            &mut dst,
-            Rounding::Stochastic,
-            &ctx(),
-            &TensorStream::new(1),
-        )
-        .unwrap();
-        black_box(&dst);
-    })
+    to_bf16(b, Rounding::Stochastic)
 }
 
 fn bf16_nearest(b: Backend) -> Kernel {
+    to_bf16(b, Rounding::NearestEven)
+}
+
+fn to_bf16(b: Backend, rounding: Rounding) -> Kernel {
     let e = engine(b);
     let (src, mut dst) = (values(1.0), vec![bf16::ZERO; N]);
     Box::new(move || {
-        e.f32_to_bf16(
-            &src,
-            &mut dst,
-            Rounding::NearestEven,
-            &ctx(),
-            &TensorStream::new(1),
-        )
-        .unwrap();
+        e.f32_to_bf16(&src, &mut dst, rounding, &ctx(), &TensorStream::new(1))
+            .unwrap();
         black_box(&dst);
     })
 }

@@ -205,7 +205,12 @@ fn conversions_agree_on_slices_long_enough_to_prefetch() {
     // From PREFETCH_MIN elements on, where prefetching is on (HALFSTEP_PREFETCH=on, Intel CPUs),
     // a conversion's full chunks prefetch ahead, past the slice's end near it, in the stochastic
     // loop and in the loop that rounds 32 elements at a time without random bits.
-    conversions_agree_on(&Case {
+    conversions_agree_on(&long_enough_to_prefetch());
+}
+
+/// A case past [`PREFETCH_MIN`] elements, from an unaligned start and index base.
+fn long_enough_to_prefetch() -> Case {
+    Case {
         len: PREFETCH_MIN + 4133,
         off: 5,
         ctx: StepContext::new(11, 3),
@@ -213,7 +218,7 @@ fn conversions_agree_on_slices_long_enough_to_prefetch() {
             id: 4,
             index_base: 1003,
         },
-    });
+    }
 }
 
 /// The bf16 and f16 conversions, split and combine on `c`, every backend against the reference.
@@ -745,15 +750,7 @@ fn optimizers_agree_on_tensors_long_enough_to_prefetch() {
     // From PREFETCH_MIN elements on, full chunks prefetch ahead, past the slice's end near it:
     // the bits must not change, nor any guard element. The compiled layouts (IPEX's, all f32,
     // all bf16 with SR) and one run-time mix, from an unaligned start and index base.
-    let c = Case {
-        len: PREFETCH_MIN + 4133,
-        off: 5,
-        ctx: StepContext::new(11, 3),
-        stream: TensorStream {
-            id: 4,
-            index_base: 1003,
-        },
-    };
+    let c = long_enough_to_prefetch();
     // Kinds::nth: 6 = split/bf16/f32 states, 0 = all f32, 268 = bf16 SR everywhere, 194 = mixed.
     for combo in [6, 0, 268, 194] {
         agree_every_optimizer(&c, combo);
