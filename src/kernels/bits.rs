@@ -720,6 +720,41 @@ pub(crate) trait RoundsChunks<V: Simd> {
     }
 }
 
+/// A conversion's full chunks where its rounding takes no random bits
+/// ([`RoundsChunks::rounds_without_bits`]: nearest-even, toward zero): 32 elements at a time, as
+/// [`full_run_spans`] hands them over ([`RoundsChunks::round_group`] where a group is two words,
+/// [`RoundsChunks::round_pair`] where it is one), with zero bits, then the last full chunks one
+/// by one; chunk by chunk where a group is more words (NEON). A bf16 body then tests the 32 for
+/// NaN once and stores them in 256- or 512-bit lines, where chunk by chunk it took a test and a
+/// branch and a 128-bit store with a shuffle per 8 lanes on AVX2 (Zen 5 VM, 64K: 0.118 ns per
+/// element, 1.4× stochastic rounding's time; now 0.055).
+#[inline(always)]
+pub(crate) unsafe fn full_run_groups<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
+    body: &mut B,
+    mut off: isize,
+    mut e: u64,
+    end: u64,
+) {
+    unsafe {
+        let per_group = GroupBits::<V, true>::PER_GROUP;
+        let zero = V::splat_u(0);
+        while per_group <= 2 && e + 32 <= end {
+            if body.prefetching() {
+                body.prefetch(off);
+                body.prefetch(off + 16);
+            }
+            if per_group == 2 {
+                body.round_group(off, [zero, zero], zero);
+            } else {
+                body.round_pair(off, zero, zero);
+            }
+            off += 32;
+            e += 32;
+        }
+        full_run_plain::<V, B>(body, off, e, end)
+    }
+}
+
 /// Whether a conversion with `rounding` runs its full chunks through [`full_run_spans`]: a
 /// stochastic one on a backend with [`crate::arch::Simd::CONVERSION_SPANS`] (AVX2, AVX-512), on
 /// AVX2 only where the CPU has the wide AES rounds (VAES). A conversion's loop has the registers

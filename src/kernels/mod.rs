@@ -85,7 +85,7 @@ use crate::arch::{self, MAX_LANES};
 use crate::reference::bits::BitsCoord;
 pub(crate) use bits::{
     BitsBlock, BitsFill, GroupBits, PairDraw, RoundingBits, RoundsChunks, SEQ_GROUPS,
-    full_run_spans, partners, spans_inline,
+    full_run_groups, full_run_spans, partners, spans_inline,
 };
 
 /// One chunk of `V::LANES` lanes: lane `l` is global element `e + l`, local element `off + l`;
@@ -289,43 +289,9 @@ pub(crate) unsafe fn conversion_full_run<V: Simd, B: ChunkBody<V> + RoundsChunks
     unsafe {
         match body.span_coord() {
             Some(coord) => full_run_spans::<V, B>(body, coord, off, e, end),
-            None if body.rounds_without_bits() && matches!(V::LANES, 8 | 16) => {
-                full_run_groups::<V, B>(body, off, e, end)
-            }
+            None if body.rounds_without_bits() => full_run_groups::<V, B>(body, off, e, end),
             None => full_run_plain::<V, B>(body, off, e, end),
         }
-    }
-}
-
-/// [`conversion_full_run`] where the rounding takes no random bits (nearest-even, toward zero):
-/// 32 elements at a time, as the stochastic loop rounds them ([`RoundsChunks::round_group`] on
-/// 8 lanes, [`RoundsChunks::round_pair`] on 16), with zero bits, then the last full chunks one by
-/// one. A bf16 body then tests the 32 for NaN once and stores them in 256- or 512-bit lines, where
-/// chunk by chunk it took a test and a branch and a 128-bit store with a shuffle per 8 lanes on
-/// AVX2 (Zen 5 VM, 64K: 0.118 ns per element, 1.4× stochastic rounding's time; now 0.055).
-#[inline(always)]
-unsafe fn full_run_groups<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
-    body: &mut B,
-    mut off: isize,
-    mut e: u64,
-    end: u64,
-) {
-    unsafe {
-        let zero = V::splat_u(0);
-        while e + 32 <= end {
-            if body.prefetching() {
-                body.prefetch(off);
-                body.prefetch(off + 16);
-            }
-            if V::LANES == 8 {
-                body.round_group(off, [zero, zero], zero);
-            } else {
-                body.round_pair(off, zero, zero);
-            }
-            off += 32;
-            e += 32;
-        }
-        full_run_plain::<V, B>(body, off, e, end)
     }
 }
 
