@@ -144,6 +144,24 @@ fn cases() -> Vec<Case> {
             },
         });
     }
+    // Several whole spans of random bits in a row (AVX-512 makes them 256 elements at a time),
+    // from a span's start and from inside one, and across a change of counter word 1.
+    for (len, base) in [
+        (1024usize, 0u64),
+        (1100, 256 - 3),
+        (777, (1 << 35) - 512),
+        (1300, (3 << 35) - 256 - 31),
+    ] {
+        out.push(Case {
+            len,
+            off: len % 16,
+            ctx: StepContext::new(len as u64, 5),
+            stream: TensorStream {
+                id: 9,
+                index_base: base,
+            },
+        });
+    }
     for off in 0..16 {
         for len in [1usize, 5, 16, 17, 33, 130] {
             out.push(Case {
