@@ -768,7 +768,8 @@ pub(crate) fn spans_inline<V: Simd>(rounding: Rounding) -> bool {
 }
 
 /// The full chunks from local offset `off` (global index `e`) up to global `end`, with the bits
-/// of `coord`'s stream made span by span ([`GroupBits`] with words) in this loop: each output
+/// of `coord`'s stream made span by span ([`GroupBits`] with words) in this loop, a whole span's a
+/// span ahead of its rounding: each output
 /// word's low halves round its chunk, its high halves the chunk 16 elements on (SPEC.md §3.2,
 /// as [`FillBlock`] lays them out), the two handed over together in whole spans
 /// ([`RoundsChunks::round_pair`]). A span the run starts or ends inside rounds only its chunks in
