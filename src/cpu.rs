@@ -105,21 +105,40 @@ pub(crate) enum Prefetch {
     /// On the optimizer steps' pieces of [`LARGE_PIECE`] elements or more only: the Zen 3 CPUs,
     /// where prefetching pays out of the L3 and costs inside it.
     LargePieces,
+    /// On the pieces of [`LARGE_PIECE`] elements or more of the optimizer steps that have a buffer
+    /// other than f32 (split or bf16 weights, bf16 gradients or states): Zen 5 EPYC CPUs, where
+    /// such steps gain out of the L3 on one thread and the all-f32 SGD and Adagrad lose.
+    LargeNarrowPieces,
     /// On the optimizer steps' and the conversions' long runs: Intel CPUs, or
     /// `HALFSTEP_PREFETCH=on`.
     LongRuns,
 }
 
 /// [`Prefetch::LargePieces`]' threshold, in elements: from 2M elements (16–28 bytes each in a step)
-/// a step's buffers outgrow a Zen 3 CPU's 32 MiB L3.
+/// a step's buffers outgrow a Zen 3 CPU's 32 MiB L3 (and a Zen 5 CPU's).
 pub(crate) const LARGE_PIECE: usize = 2 << 20;
+
+impl Prefetch {
+    /// Whether an optimizer step's piece of `n` elements, long enough for the kernels to
+    /// prefetch at all, prefetches under this setting; `all_f32`: every buffer of the step is
+    /// f32.
+    pub(crate) fn step_piece(self, n: usize, all_f32: bool) -> bool {
+        match self {
+            Prefetch::LongRuns => true,
+            Prefetch::LargePieces => n >= LARGE_PIECE,
+            Prefetch::LargeNarrowPieces => !all_f32 && n >= LARGE_PIECE,
+            Prefetch::Off => false,
+        }
+    }
+}
 
 /// Whether the x86 backends issue software prefetches at all (optimizer steps, stochastic
 /// conversions; a hint that never changes a bit). `auto` (the default) turns them on where they
 /// were measured to pay: on Intel CPUs for long runs, on AMD's Zen 3 for the optimizer steps' pieces
-/// of 2M elements and more; on the other AMD CPUs measured they cost time (docs/DESIGN.md,
-/// "SIMD backends"). Decided once per process; a value other than `on`, `off` or `auto` is
-/// reported on stderr once and read as `auto`.
+/// of 2M elements and more, on Zen 5 EPYC CPUs for those of the steps with a buffer other than
+/// f32; on the other AMD CPUs measured they cost time (docs/DESIGN.md, "SIMD backends"). Decided
+/// once per process; a value other than `on`, `off` or `auto` is reported on stderr once and read
+/// as `auto`.
 pub fn software_prefetch() -> bool {
     prefetch() != Prefetch::Off
 }
@@ -181,11 +200,14 @@ const INTEL: (u32, u32, u32) = (0x756e_6547, 0x4965_6e69, 0x6c65_746e); // "Genu
 const AMD: (u32, u32, u32) = (0x6874_7541, 0x6974_6e65, 0x444d_4163); // "Auth" "enti" "cAMD"
 
 /// `auto`'s choice for a CPU: Intel prefetches long runs; AMD family 25 (19h) models 0x00–0x0F
-/// and 0x20–0x5F (Zen 3 and 3+) the optimizer steps' large pieces; every other CPU nothing.
+/// and 0x20–0x5F (Zen 3 and 3+) the optimizer steps' large pieces; family 26 (1Ah) models
+/// 0x00–0x0F (Zen 5 EPYC, the kind measured) the large pieces of steps with a buffer other than
+/// f32; every other CPU nothing.
 fn prefetch_for(vendor: (u32, u32, u32), family: u32, model: u32) -> Prefetch {
     match (vendor, family, model) {
         (INTEL, _, _) => Prefetch::LongRuns,
         (AMD, 0x19, 0x00..=0x0f | 0x20..=0x5f) => Prefetch::LargePieces,
+        (AMD, 0x1a, 0x00..=0x0f) => Prefetch::LargeNarrowPieces,
         _ => Prefetch::Off,
     }
 }
@@ -206,6 +228,20 @@ pub(crate) mod checks {
         assert_eq!(prefetch_setting(Some("yes")), Err("yes".to_string()));
     }
 
+    /// Which optimizer-step pieces each setting prefetches.
+    pub(crate) fn step_pieces_by_setting() {
+        let large = LARGE_PIECE;
+        for all_f32 in [false, true] {
+            assert!(Prefetch::LongRuns.step_piece(1, all_f32));
+            assert!(!Prefetch::Off.step_piece(large, all_f32));
+            assert!(!Prefetch::LargePieces.step_piece(large - 1, all_f32));
+            assert!(Prefetch::LargePieces.step_piece(large, all_f32));
+            assert!(!Prefetch::LargeNarrowPieces.step_piece(large - 1, all_f32));
+        }
+        assert!(Prefetch::LargeNarrowPieces.step_piece(large, false));
+        assert!(!Prefetch::LargeNarrowPieces.step_piece(large, true));
+    }
+
     /// `auto` by vendor, family and model; and on this CPU, against the kernel's own reading of
     /// them.
     pub(crate) fn prefetch_auto_follows_the_cpu() {
@@ -215,7 +251,8 @@ pub(crate) mod checks {
         assert_eq!(prefetch_for(AMD, 0x19, 0x50), Prefetch::LargePieces); // Zen 3, Cezanne
         assert_eq!(prefetch_for(AMD, 0x19, 0x11), Prefetch::Off); // Zen 4, Genoa
         assert_eq!(prefetch_for(AMD, 0x19, 0x61), Prefetch::Off); // Zen 4, Raphael
-        assert_eq!(prefetch_for(AMD, 0x1a, 0x02), Prefetch::Off); // Zen 5
+        assert_eq!(prefetch_for(AMD, 0x1a, 0x02), Prefetch::LargeNarrowPieces); // Zen 5, Turin
+        assert_eq!(prefetch_for(AMD, 0x1a, 0x44), Prefetch::Off); // Zen 5, Granite Ridge
         assert_eq!(prefetch_for(AMD, 0x17, 0x31), Prefetch::Off); // Zen 2
         assert_eq!(prefetch_for((0, 0, 0), 0x19, 0x01), Prefetch::Off);
         if cfg!(not(all(target_arch = "x86_64", target_os = "linux"))) {

@@ -286,10 +286,12 @@ pub mod internals {
         crate::kernels::bits::checks::even_odd_forms_on_every_backend();
     }
 
-    /// `HALFSTEP_PREFETCH` values, and `auto`'s choice by CPU.
+    /// `HALFSTEP_PREFETCH` values, `auto`'s choice by CPU, and the step pieces each choice
+    /// prefetches.
     pub fn prefetch_setting() {
         crate::cpu::checks::prefetch_setting_reads_on_off_auto();
         crate::cpu::checks::prefetch_auto_follows_the_cpu();
+        crate::cpu::checks::step_pieces_by_setting();
     }
 
     /// How many LAMB norm blocks a piece of a tensor touches.

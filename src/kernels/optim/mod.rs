@@ -837,14 +837,17 @@ trait Layout<V: Simd> {
     type S1: Access<V>;
     type S2: Access<V>;
 
+    /// Whether every buffer is f32 (or absent).
+    const ALL_F32: bool =
+        Self::W::WIDE && Self::G::WIDE && Self::S0::WIDE && Self::S1::WIDE && Self::S2::WIDE;
+
     /// How far ahead of a full chunk (bytes, in every buffer) the driver prefetches: 2 KiB when
     /// every buffer is f32, else 4 KiB (see [`PREFETCH_AHEAD_BYTES`]).
-    const PREFETCH_AHEAD_BYTES: usize =
-        if Self::W::WIDE && Self::G::WIDE && Self::S0::WIDE && Self::S1::WIDE && Self::S2::WIDE {
-            PREFETCH_AHEAD_BYTES_F32
-        } else {
-            PREFETCH_AHEAD_BYTES
-        };
+    const PREFETCH_AHEAD_BYTES: usize = if Self::ALL_F32 {
+        PREFETCH_AHEAD_BYTES_F32
+    } else {
+        PREFETCH_AHEAD_BYTES
+    };
 
     /// Whether every buffer loads and stores pairs of chunks in even/odd order
     /// ([`Access::EVEN_ODD`]).
@@ -1081,17 +1084,13 @@ unsafe fn prefetch_ahead<V: Simd, T>(p: *mut T, off: isize, bytes: usize) {
 /// parallel driver cuts large tensors into pieces of `elements / (8 × threads)` on a team.
 pub(crate) const PREFETCH_MIN: usize = 128 * 1024;
 
-/// Whether a step's piece of `n` elements prefetches: from [`PREFETCH_MIN`] elements where
-/// prefetching is on for long runs, from [`crate::cpu::LARGE_PIECE`] on Zen 3 (docs/DESIGN.md, "SIMD
-/// backends": at 1M elements, inside its L3, prefetching cost that CPU 2–31%).
+/// Whether a step's piece of `n` elements (at least [`PREFETCH_MIN`]) prefetches, `all_f32`
+/// where every buffer of the step is f32 ([`crate::cpu::Prefetch::step_piece`]; docs/DESIGN.md,
+/// "SIMD backends": on Zen 3 at 1M elements, inside its L3, prefetching cost 2–31%; on Zen 5 the
+/// all-f32 SGD and Adagrad lost 7–20% at 2M–4M).
 #[inline(always)]
-fn step_prefetches(n: usize) -> bool {
-    use crate::cpu::{LARGE_PIECE, Prefetch, prefetch};
-    match prefetch() {
-        Prefetch::LongRuns => n >= PREFETCH_MIN,
-        Prefetch::LargePieces => n >= LARGE_PIECE,
-        Prefetch::Off => false,
-    }
+fn step_prefetches(n: usize, all_f32: bool) -> bool {
+    crate::cpu::prefetch().step_piece(n, all_f32)
 }
 
 mod adagrad;
