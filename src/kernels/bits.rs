@@ -862,15 +862,16 @@ unsafe fn round_span<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
             };
         }
         // Where a group is two words (8 lanes), both go together, so that the body can round
-        // the group's four chunks at once ([`RoundsChunks::round_group`]).
+        // the group's four chunks at once ([`RoundsChunks::round_group`]). Two prefetches reach
+        // every line of the group's 32 elements (the f32 input's line past the second one is
+        // the next group's first), as in [`full_run_groups`].
         macro_rules! group {
             ($v:expr) => {
                 if $v + 1 < V::RNG_VECTORS {
                     let c = o + GroupBits::<V, true>::word_offset($v) as isize;
                     if body.prefetching() {
-                        for at in [0, 16, 8, 24] {
-                            body.prefetch(c + at);
-                        }
+                        body.prefetch(c);
+                        body.prefetch(c + 16);
                     }
                     body.round_group(c, [words[$v], words[$v + 1]], mask);
                 }
