@@ -1,8 +1,9 @@
 //! Times one of halfstep's optimizer steps the way `tools/peers_side_by_side.py` times the peers:
 //! the median over 5 batches of repeated steps, in ns per parameter. Storage as the peer rows:
 //! split weights + bf16 grads + f32 state (IPEX's rows: `sgd`, `adagrad`, `adam`, `lamb`), or all f32
-//! (PyTorch's fused CPU rows: `sgd_f32`, `adagrad_f32`, `adam_f32`, `adamw_f32`); `lamb_bf16sr`: LAMB's
-//! split weights and bf16 grads with bf16 moments rounded stochastically.
+//! (PyTorch's fused CPU rows: `sgd_f32`, `adagrad_f32`, `adam_f32`, `adamw_f32`; and `lamb_f32`,
+//! which no peer has); `lamb_bf16sr`: LAMB's split weights and bf16 grads with bf16 moments rounded
+//! stochastically.
 //!
 //! `cargo run --release --example step_timer -- <kernel> <elements> <threads> [grain]`
 //! (`STEP_TIMER_HANDOFF=1`: the steps are handed to a pool the timing thread is not in).
@@ -30,7 +31,7 @@ use placed_buffers::{FIRST_MOMENT, Placed, SECOND_MOMENT, TRAIL};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: step_timer <sgd|adagrad|adam|lamb|lamb_bf16sr|sgd_f32|adagrad_f32|adam_f32|adamw_f32> \
+    let usage = "usage: step_timer <sgd|adagrad|adam|lamb|lamb_bf16sr|sgd_f32|adagrad_f32|adam_f32|adamw_f32|lamb_f32> \
                  <elements> <threads> [grain]";
     let kernel = args.get(1).expect(usage).as_str();
     let n: usize = args.get(2).expect(usage).parse().expect(usage);
@@ -172,18 +173,15 @@ fn main() {
             }];
             e.step_group(&cfg, &ctx, &mut t, &mut (), &th).unwrap();
         }
-        "lamb" => {
+        "lamb" | "lamb_f32" => {
             let cfg = LambConfig {
                 lr: 0.01,
                 weight_decay: 0.01,
                 ..Default::default()
             };
             let mut t = [LambTensor {
-                weights: Weights::Split {
-                    top: &mut top,
-                    trail: &mut trail,
-                },
-                grads: Grads::Bf16(g16),
+                weights: weights(f32_row, &mut w32, &mut top, &mut trail),
+                grads: grads(f32_row, g32, g16),
                 exp_avg: State::F32(&mut s0),
                 exp_avg_sq: State::F32(&mut s1),
                 stream,

@@ -105,10 +105,11 @@ pub(crate) enum Prefetch {
     /// On the optimizer steps' pieces of [`LARGE_PIECE`] elements or more only: the Zen 3 CPUs,
     /// where prefetching pays out of the L3 and costs inside it.
     LargePieces,
-    /// On the pieces of [`LARGE_PIECE`] elements or more of the optimizer steps that have a buffer
-    /// other than f32 (split or bf16 weights, bf16 gradients or states): Zen 5 EPYC CPUs, where
-    /// such steps gain out of the L3 on one thread and the all-f32 SGD and Adagrad lose.
-    LargeNarrowPieces,
+    /// On the optimizer steps' pieces of [`LARGE_PIECE`] elements or more, but not those of the
+    /// plain f32 steps (every buffer f32, one state at most: SGD, Adagrad): Zen 5 EPYC CPUs,
+    /// where out of the L3 on one thread the steps with a buffer other than f32 gain, as do the
+    /// all-f32 Adam, AdamW and LAMB, and the plain f32 steps lose.
+    LargePiecesButPlainF32,
     /// On the optimizer steps' and the conversions' long runs: Intel CPUs, or
     /// `HALFSTEP_PREFETCH=on`.
     LongRuns,
@@ -120,13 +121,13 @@ pub(crate) const LARGE_PIECE: usize = 2 << 20;
 
 impl Prefetch {
     /// Whether an optimizer step's piece of `n` elements, long enough for the kernels to
-    /// prefetch at all, prefetches under this setting; `all_f32`: every buffer of the step is
-    /// f32.
-    pub(crate) fn step_piece(self, n: usize, all_f32: bool) -> bool {
+    /// prefetch at all, prefetches under this setting; `plain_f32`: every buffer of the step is
+    /// f32 and it keeps one state at most.
+    pub(crate) fn step_piece(self, n: usize, plain_f32: bool) -> bool {
         match self {
             Prefetch::LongRuns => true,
             Prefetch::LargePieces => n >= LARGE_PIECE,
-            Prefetch::LargeNarrowPieces => !all_f32 && n >= LARGE_PIECE,
+            Prefetch::LargePiecesButPlainF32 => !plain_f32 && n >= LARGE_PIECE,
             Prefetch::Off => false,
         }
     }
@@ -135,8 +136,9 @@ impl Prefetch {
 /// Whether the x86 backends issue software prefetches at all (optimizer steps, stochastic
 /// conversions; a hint that never changes a bit). `auto` (the default) turns them on where they
 /// were measured to pay: on Intel CPUs for long runs, on AMD's Zen 3 for the optimizer steps' pieces
-/// of 2M elements and more, on Zen 5 EPYC CPUs for those of the steps with a buffer other than
-/// f32; on the other AMD CPUs measured they cost time (docs/DESIGN.md, "SIMD backends"). Decided
+/// of 2M elements and more, on Zen 5 EPYC CPUs for those of every step but the plain f32 ones
+/// (SGD, Adagrad); on the other AMD CPUs measured they cost time (docs/DESIGN.md, "SIMD
+/// backends"). Decided
 /// once per process; a value other than `on`, `off` or `auto` is reported on stderr once and read
 /// as `auto`.
 pub fn software_prefetch() -> bool {
@@ -201,13 +203,13 @@ const AMD: (u32, u32, u32) = (0x6874_7541, 0x6974_6e65, 0x444d_4163); // "Auth" 
 
 /// `auto`'s choice for a CPU: Intel prefetches long runs; AMD family 25 (19h) models 0x00–0x0F
 /// and 0x20–0x5F (Zen 3 and 3+) the optimizer steps' large pieces; family 26 (1Ah) models
-/// 0x00–0x0F (Zen 5 EPYC, the kind measured) the large pieces of steps with a buffer other than
-/// f32; every other CPU nothing.
+/// 0x00–0x0F (Zen 5 EPYC, the kind measured) the large pieces of every step but the plain f32
+/// ones; every other CPU nothing.
 fn prefetch_for(vendor: (u32, u32, u32), family: u32, model: u32) -> Prefetch {
     match (vendor, family, model) {
         (INTEL, _, _) => Prefetch::LongRuns,
         (AMD, 0x19, 0x00..=0x0f | 0x20..=0x5f) => Prefetch::LargePieces,
-        (AMD, 0x1a, 0x00..=0x0f) => Prefetch::LargeNarrowPieces,
+        (AMD, 0x1a, 0x00..=0x0f) => Prefetch::LargePiecesButPlainF32,
         _ => Prefetch::Off,
     }
 }
@@ -231,15 +233,15 @@ pub(crate) mod checks {
     /// Which optimizer-step pieces each setting prefetches.
     pub(crate) fn step_pieces_by_setting() {
         let large = LARGE_PIECE;
-        for all_f32 in [false, true] {
-            assert!(Prefetch::LongRuns.step_piece(1, all_f32));
-            assert!(!Prefetch::Off.step_piece(large, all_f32));
-            assert!(!Prefetch::LargePieces.step_piece(large - 1, all_f32));
-            assert!(Prefetch::LargePieces.step_piece(large, all_f32));
-            assert!(!Prefetch::LargeNarrowPieces.step_piece(large - 1, all_f32));
+        for plain_f32 in [false, true] {
+            assert!(Prefetch::LongRuns.step_piece(1, plain_f32));
+            assert!(!Prefetch::Off.step_piece(large, plain_f32));
+            assert!(!Prefetch::LargePieces.step_piece(large - 1, plain_f32));
+            assert!(Prefetch::LargePieces.step_piece(large, plain_f32));
+            assert!(!Prefetch::LargePiecesButPlainF32.step_piece(large - 1, plain_f32));
         }
-        assert!(Prefetch::LargeNarrowPieces.step_piece(large, false));
-        assert!(!Prefetch::LargeNarrowPieces.step_piece(large, true));
+        assert!(Prefetch::LargePiecesButPlainF32.step_piece(large, false));
+        assert!(!Prefetch::LargePiecesButPlainF32.step_piece(large, true));
     }
 
     /// `auto` by vendor, family and model; and on this CPU, against the kernel's own reading of
@@ -251,7 +253,8 @@ pub(crate) mod checks {
         assert_eq!(prefetch_for(AMD, 0x19, 0x50), Prefetch::LargePieces); // Zen 3, Cezanne
         assert_eq!(prefetch_for(AMD, 0x19, 0x11), Prefetch::Off); // Zen 4, Genoa
         assert_eq!(prefetch_for(AMD, 0x19, 0x61), Prefetch::Off); // Zen 4, Raphael
-        assert_eq!(prefetch_for(AMD, 0x1a, 0x02), Prefetch::LargeNarrowPieces); // Zen 5, Turin
+        let zen5 = Prefetch::LargePiecesButPlainF32;
+        assert_eq!(prefetch_for(AMD, 0x1a, 0x02), zen5); // Zen 5, Turin
         assert_eq!(prefetch_for(AMD, 0x1a, 0x44), Prefetch::Off); // Zen 5, Granite Ridge
         assert_eq!(prefetch_for(AMD, 0x17, 0x31), Prefetch::Off); // Zen 2
         assert_eq!(prefetch_for((0, 0, 0), 0x19, 0x01), Prefetch::Off);

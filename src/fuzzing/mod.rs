@@ -286,12 +286,13 @@ pub mod internals {
         crate::kernels::bits::checks::even_odd_forms_on_every_backend();
     }
 
-    /// `HALFSTEP_PREFETCH` values, `auto`'s choice by CPU, and the step pieces each choice
-    /// prefetches.
+    /// `HALFSTEP_PREFETCH` values, `auto`'s choice by CPU, the step pieces each choice
+    /// prefetches, and which storage layouts count as plain f32 steps there.
     pub fn prefetch_setting() {
         crate::cpu::checks::prefetch_setting_reads_on_off_auto();
         crate::cpu::checks::prefetch_auto_follows_the_cpu();
         crate::cpu::checks::step_pieces_by_setting();
+        crate::kernels::optim::checks::plain_f32_layouts();
     }
 
     /// How many LAMB norm blocks a piece of a tensor touches.

@@ -841,6 +841,11 @@ trait Layout<V: Simd> {
     const ALL_F32: bool =
         Self::W::WIDE && Self::G::WIDE && Self::S0::WIDE && Self::S1::WIDE && Self::S2::WIDE;
 
+    /// Whether every buffer is f32 (or absent) and the step keeps one state at most: SGD,
+    /// Adagrad, and LAMB's second pass where it reads the update its first pass kept; not Adam,
+    /// AdamW nor LAMB's first pass ([`crate::cpu::Prefetch::step_piece`]).
+    const PLAIN_F32: bool = Self::ALL_F32 && !(Self::S0::PRESENT && Self::S1::PRESENT);
+
     /// How far ahead of a full chunk (bytes, in every buffer) the driver prefetches: 2 KiB when
     /// every buffer is f32, else 4 KiB (see [`PREFETCH_AHEAD_BYTES`]).
     const PREFETCH_AHEAD_BYTES: usize = if Self::ALL_F32 {
@@ -1084,13 +1089,14 @@ unsafe fn prefetch_ahead<V: Simd, T>(p: *mut T, off: isize, bytes: usize) {
 /// parallel driver cuts large tensors into pieces of `elements / (8 × threads)` on a team.
 pub(crate) const PREFETCH_MIN: usize = 128 * 1024;
 
-/// Whether a step's piece of `n` elements (at least [`PREFETCH_MIN`]) prefetches, `all_f32`
-/// where every buffer of the step is f32 ([`crate::cpu::Prefetch::step_piece`]; docs/DESIGN.md,
-/// "SIMD backends": on Zen 3 at 1M elements, inside its L3, prefetching cost 2–31%; on Zen 5 the
-/// all-f32 SGD and Adagrad lost 7–20% at 2M–4M).
+/// Whether a step's piece of `n` elements (at least [`PREFETCH_MIN`]) prefetches, `plain_f32`
+/// where every buffer of the step is f32 and it keeps one state at most
+/// ([`crate::cpu::Prefetch::step_piece`]; docs/DESIGN.md, "SIMD backends": on Zen 3 at 1M
+/// elements, inside its L3, prefetching cost 2–31%; on Zen 5, one thread, the all-f32 SGD and
+/// Adagrad lost 4–20% at 2M–4M, where the all-f32 Adam and AdamW gained 3–11%).
 #[inline(always)]
-fn step_prefetches(n: usize, all_f32: bool) -> bool {
-    crate::cpu::prefetch().step_piece(n, all_f32)
+fn step_prefetches(n: usize, plain_f32: bool) -> bool {
+    crate::cpu::prefetch().step_piece(n, plain_f32)
 }
 
 mod adagrad;
@@ -1105,3 +1111,39 @@ pub(crate) use lamb::{lamb_pass1, lamb_pass2};
 pub(crate) use sgd::sgd;
 
 use driver::{ChunkBits, ElementOp, Vals, decays, drive, neg};
+
+/// Checks of the layouts' constants, run by `tests/internals.rs`.
+#[cfg(feature = "fuzzing")]
+pub(crate) mod checks {
+    use super::*;
+    use crate::arch::portable::Portable;
+
+    fn plain_f32<L: Layout<Portable>>() -> bool {
+        L::PLAIN_F32
+    }
+
+    /// Which layouts count as plain f32 for the prefetch rule: all-f32 steps with one state at
+    /// most, as the optimizers' slot patterns give them.
+    pub(crate) fn plain_f32_layouts() {
+        type F = F32Buf;
+        type H = Bf16Buf;
+        type Sr = Bf16Buf<STOCHASTIC>;
+        type S = SplitBuf;
+        type R = Buf;
+        // SGD without and with momentum, Adagrad (its sum in slot 1), LAMB's pass 2 reading the
+        // kept update: plain.
+        assert!(plain_f32::<Lay<F, Has<F>, Lacks<F>, Lacks<F>, Lacks<F>>>());
+        assert!(plain_f32::<Lay<F, Has<F>, Has<F>, Lacks<F>, Lacks<F>>>());
+        assert!(plain_f32::<Lay<F, Has<F>, Lacks<F>, Has<F>, Lacks<F>>>());
+        assert!(plain_f32::<Lay<F, Lacks<F>, Scratch<F>, Lacks<F>, Lacks<F>>>());
+        // Adam and AdamW, AMSGrad, LAMB's pass 2 from the moments: two states.
+        assert!(!plain_f32::<Lay<F, Has<F>, Has<F>, Has<F>, Lacks<F>>>());
+        assert!(!plain_f32::<Lay<F, Has<F>, Has<F>, Has<F>, Has<F>>>());
+        assert!(!plain_f32::<Lay<F, Lacks<F>, Has<F>, Has<F>, Lacks<F>>>());
+        // A buffer other than f32, or kinds known only at run time.
+        assert!(!plain_f32::<Lay<S, Has<H>, Has<F>, Lacks<F>, Lacks<F>>>());
+        assert!(!plain_f32::<Lay<Sr, Has<H>, Has<F>, Lacks<F>, Lacks<F>>>());
+        assert!(!plain_f32::<Lay<F, Has<F>, Has<Sr>, Lacks<Sr>, Lacks<Sr>>>());
+        assert!(!plain_f32::<Lay<R, Has<R>, Has<R>, Lacks<R>, Lacks<R>>>());
+    }
+}
