@@ -105,11 +105,14 @@ pub(crate) enum Prefetch {
     /// On the optimizer steps' pieces of [`LARGE_PIECE`] elements or more only: the Zen 3 CPUs,
     /// where prefetching pays out of the L3 and costs inside it.
     LargePieces,
-    /// On the optimizer steps' pieces of [`LARGE_PIECE`] elements or more, but not those of the
-    /// plain f32 steps (every buffer f32, one state at most: SGD, Adagrad): Zen 5 EPYC CPUs,
-    /// where out of the L3 on one thread the steps with a buffer other than f32 gain, as do the
-    /// all-f32 Adam, AdamW and LAMB, and the plain f32 steps lose.
-    LargePiecesButPlainF32,
+    /// On the pieces of the large optimizer steps, by the whole step's length (a group's, across
+    /// tensors and threads) and its buffers ([`StepBuffers`]): a step with a buffer other than
+    /// f32 from [`LARGE_PIECE`] elements; an all-f32 step from [`LARGE_F32_STEP`], and one with
+    /// two states on its pieces of [`LARGE_PIECE`] too. Zen 5 EPYC CPUs: there a step with a
+    /// narrow buffer whose buffers outgrow the L3 gains however it is cut, the all-f32 steps
+    /// with two states gain on large pieces but not on two threads' small ones, and the plain
+    /// f32 steps lose at 2M–4M elements and are level at 16M.
+    LargeSteps,
     /// On the optimizer steps' and the conversions' long runs: Intel CPUs, or
     /// `HALFSTEP_PREFETCH=on`.
     LongRuns,
@@ -119,15 +122,35 @@ pub(crate) enum Prefetch {
 /// a step's buffers outgrow a Zen 3 CPU's 32 MiB L3 (and a Zen 5 CPU's).
 pub(crate) const LARGE_PIECE: usize = 2 << 20;
 
+/// [`Prefetch::LargeSteps`]' threshold for the all-f32 steps, in elements: on Zen 5 the plain
+/// ones lose at 2M–4M, are level at 16M and gain from 64M.
+pub(crate) const LARGE_F32_STEP: usize = 32 << 20;
+
+/// An optimizer step's buffers, as far as [`Prefetch::LargeSteps`] tells them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StepBuffers {
+    /// A buffer other than f32: split or bf16 weights, bf16 gradients or states.
+    Narrow,
+    /// Every buffer f32, with two states or more: Adam, AdamW, LAMB's first pass.
+    F32TwoStates,
+    /// Every buffer f32, with one state at most: SGD, Adagrad, LAMB's second pass where it
+    /// reads the update its first pass kept.
+    PlainF32,
+}
+
 impl Prefetch {
     /// Whether an optimizer step's piece of `n` elements, long enough for the kernels to
-    /// prefetch at all, prefetches under this setting; `plain_f32`: every buffer of the step is
-    /// f32 and it keeps one state at most.
-    pub(crate) fn step_piece(self, n: usize, plain_f32: bool) -> bool {
+    /// prefetch at all, prefetches under this setting, in a step of `step_len` elements in all
+    /// (at least `n`) with the buffers `buffers`.
+    pub(crate) fn step_piece(self, n: usize, step_len: usize, buffers: StepBuffers) -> bool {
         match self {
             Prefetch::LongRuns => true,
             Prefetch::LargePieces => n >= LARGE_PIECE,
-            Prefetch::LargePiecesButPlainF32 => !plain_f32 && n >= LARGE_PIECE,
+            Prefetch::LargeSteps => match buffers {
+                StepBuffers::Narrow => step_len >= LARGE_PIECE,
+                StepBuffers::F32TwoStates => n >= LARGE_PIECE || step_len >= LARGE_F32_STEP,
+                StepBuffers::PlainF32 => step_len >= LARGE_F32_STEP,
+            },
             Prefetch::Off => false,
         }
     }
@@ -136,9 +159,9 @@ impl Prefetch {
 /// Whether the x86 backends issue software prefetches at all (optimizer steps, stochastic
 /// conversions; a hint that never changes a bit). `auto` (the default) turns them on where they
 /// were measured to pay: on Intel CPUs for long runs, on AMD's Zen 3 for the optimizer steps' pieces
-/// of 2M elements and more, on Zen 5 EPYC CPUs for those of every step but the plain f32 ones
-/// (SGD, Adagrad); on the other AMD CPUs measured they cost time (docs/DESIGN.md, "SIMD
-/// backends"). Decided
+/// of 2M elements and more, on Zen 5 EPYC CPUs for the pieces of the steps of 2M elements and more
+/// (32M for the all-f32 steps, or pieces of 2M for Adam's and LAMB's); on the other AMD CPUs measured they cost time
+/// (docs/DESIGN.md, "SIMD backends"). Decided
 /// once per process; a value other than `on`, `off` or `auto` is reported on stderr once and read
 /// as `auto`.
 pub fn software_prefetch() -> bool {
@@ -203,13 +226,12 @@ const AMD: (u32, u32, u32) = (0x6874_7541, 0x6974_6e65, 0x444d_4163); // "Auth" 
 
 /// `auto`'s choice for a CPU: Intel prefetches long runs; AMD family 25 (19h) models 0x00–0x0F
 /// and 0x20–0x5F (Zen 3 and 3+) the optimizer steps' large pieces; family 26 (1Ah) models
-/// 0x00–0x0F (Zen 5 EPYC, the kind measured) the large pieces of every step but the plain f32
-/// ones; every other CPU nothing.
+/// 0x00–0x0F (Zen 5 EPYC, the kind measured) the pieces of large steps; every other CPU nothing.
 fn prefetch_for(vendor: (u32, u32, u32), family: u32, model: u32) -> Prefetch {
     match (vendor, family, model) {
         (INTEL, _, _) => Prefetch::LongRuns,
         (AMD, 0x19, 0x00..=0x0f | 0x20..=0x5f) => Prefetch::LargePieces,
-        (AMD, 0x1a, 0x00..=0x0f) => Prefetch::LargePiecesButPlainF32,
+        (AMD, 0x1a, 0x00..=0x0f) => Prefetch::LargeSteps,
         _ => Prefetch::Off,
     }
 }
@@ -232,16 +254,23 @@ pub(crate) mod checks {
 
     /// Which optimizer-step pieces each setting prefetches.
     pub(crate) fn step_pieces_by_setting() {
-        let large = LARGE_PIECE;
-        for plain_f32 in [false, true] {
-            assert!(Prefetch::LongRuns.step_piece(1, plain_f32));
-            assert!(!Prefetch::Off.step_piece(large, plain_f32));
-            assert!(!Prefetch::LargePieces.step_piece(large - 1, plain_f32));
-            assert!(Prefetch::LargePieces.step_piece(large, plain_f32));
-            assert!(!Prefetch::LargePiecesButPlainF32.step_piece(large - 1, plain_f32));
+        use StepBuffers::*;
+        let (large, f32_step, steps) = (LARGE_PIECE, LARGE_F32_STEP, Prefetch::LargeSteps);
+        let small = 1 << 17;
+        for buffers in [Narrow, F32TwoStates, PlainF32] {
+            assert!(Prefetch::LongRuns.step_piece(1, 1, buffers));
+            assert!(!Prefetch::Off.step_piece(f32_step, f32_step, buffers));
+            // Zen 3's rule reads the piece, not the step.
+            assert!(!Prefetch::LargePieces.step_piece(large - 1, f32_step, buffers));
+            assert!(Prefetch::LargePieces.step_piece(large, large, buffers));
+            // Zen 5's reads the step, and for Adam's f32 steps the piece too.
+            assert!(!steps.step_piece(large - 1, large - 1, buffers));
+            assert!(steps.step_piece(small, f32_step, buffers));
         }
-        assert!(Prefetch::LargePiecesButPlainF32.step_piece(large, false));
-        assert!(!Prefetch::LargePiecesButPlainF32.step_piece(large, true));
+        assert!(steps.step_piece(small, large, Narrow));
+        assert!(!steps.step_piece(small, f32_step - 1, F32TwoStates));
+        assert!(steps.step_piece(large, large, F32TwoStates));
+        assert!(!steps.step_piece(large, f32_step - 1, PlainF32));
     }
 
     /// `auto` by vendor, family and model; and on this CPU, against the kernel's own reading of
@@ -253,8 +282,7 @@ pub(crate) mod checks {
         assert_eq!(prefetch_for(AMD, 0x19, 0x50), Prefetch::LargePieces); // Zen 3, Cezanne
         assert_eq!(prefetch_for(AMD, 0x19, 0x11), Prefetch::Off); // Zen 4, Genoa
         assert_eq!(prefetch_for(AMD, 0x19, 0x61), Prefetch::Off); // Zen 4, Raphael
-        let zen5 = Prefetch::LargePiecesButPlainF32;
-        assert_eq!(prefetch_for(AMD, 0x1a, 0x02), zen5); // Zen 5, Turin
+        assert_eq!(prefetch_for(AMD, 0x1a, 0x02), Prefetch::LargeSteps); // Zen 5, Turin
         assert_eq!(prefetch_for(AMD, 0x1a, 0x44), Prefetch::Off); // Zen 5, Granite Ridge
         assert_eq!(prefetch_for(AMD, 0x17, 0x31), Prefetch::Off); // Zen 2
         assert_eq!(prefetch_for((0, 0, 0), 0x19, 0x01), Prefetch::Off);

@@ -7,6 +7,7 @@
 
 use crate::cpu::{ALL_BACKENDS, Backend};
 use crate::error::{Error, Result};
+use crate::kernels::optim::StepLen;
 use crate::reference::adagrad::AdagradConsts;
 use crate::reference::adam::AdamConsts;
 use crate::reference::bits::BitsCoord;
@@ -53,12 +54,18 @@ type QuantizeFp4 = fn(Fp4Scaling, &[f32], &mut [u8], &mut [u8], Rounding, &BitsC
 
 /// LAMB pass 1: (constants, context, tensor piece, block sums out, where to keep each element's
 /// direction u for pass 2, if anywhere).
-type LambPass1 =
-    fn(&LambConsts, &StepContext, &mut LambTensor<'_>, &mut [[f64; 2]], Option<&mut [f32]>);
+type LambPass1 = fn(
+    &LambConsts,
+    &StepContext,
+    &mut LambTensor<'_>,
+    &mut [[f64; 2]],
+    Option<&mut [f32]>,
+    StepLen,
+);
 
 /// LAMB pass 2: (constants, context, tensor piece, lr × trust ratio, the directions pass 1 kept,
 /// else u is recomputed from the stored moments).
-type LambPass2 = fn(&LambConsts, &StepContext, &mut LambTensor<'_>, f32, Option<&[f32]>);
+type LambPass2 = fn(&LambConsts, &StepContext, &mut LambTensor<'_>, f32, Option<&[f32]>, StepLen);
 
 /// One implementation of every kernel. The callers have validated everything; these only compute.
 pub(crate) struct Kernels {
@@ -69,9 +76,9 @@ pub(crate) struct Kernels {
     pub f16_to_f32: fn(&[u16], &mut [f32]),
     pub split: fn(&[f32], &mut [u16], &mut [u16]),
     pub combine: fn(&[u16], &[u16], &mut [f32]),
-    pub sgd: fn(&SgdConsts, &StepContext, &mut SgdTensor<'_>),
-    pub adagrad: fn(&AdagradConsts, &StepContext, &mut AdagradTensor<'_>),
-    pub adam: fn(&AdamConsts, &StepContext, &mut AdamTensor<'_>),
+    pub sgd: fn(&SgdConsts, &StepContext, &mut SgdTensor<'_>, StepLen),
+    pub adagrad: fn(&AdagradConsts, &StepContext, &mut AdagradTensor<'_>, StepLen),
+    pub adam: fn(&AdamConsts, &StepContext, &mut AdamTensor<'_>, StepLen),
     pub lamb_pass1: LambPass1,
     pub lamb_pass2: LambPass2,
     pub f32_to_fp8: fn(Fp8, &[f32], &mut [u8], Rounding, &BitsCoord, u64),
@@ -86,6 +93,9 @@ pub(crate) struct Kernels {
 pub struct Engine {
     backend: Backend,
     pub(crate) k: &'static Kernels,
+    /// The length of the group step this engine's optimizer kernels run pieces of
+    /// ([`Engine::for_step`]); 0 otherwise.
+    step_len: StepLen,
 }
 
 impl core::fmt::Debug for Engine {
@@ -110,7 +120,11 @@ impl Engine {
     pub fn new(backend: Backend) -> Result<Engine> {
         backend
             .kernels()
-            .map(|k| Engine { backend, k })
+            .map(|k| Engine {
+                backend,
+                k,
+                step_len: StepLen(0),
+            })
             .ok_or(Error::BackendUnavailable { backend })
     }
 
@@ -135,6 +149,19 @@ impl Engine {
     /// The backend this engine runs.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// This engine, for the pieces of a group step of `elements` in all.
+    pub(crate) fn for_step(self, elements: usize) -> Engine {
+        Engine {
+            step_len: StepLen(elements),
+            ..self
+        }
+    }
+
+    /// The length of the step this engine runs pieces of ([`Engine::for_step`]).
+    pub(crate) fn step_len(&self) -> StepLen {
+        self.step_len
     }
 }
 
@@ -185,13 +212,13 @@ mod reference {
                 *d = split::combine_one(half::bf16::from_bits(t), l);
             }
         },
-        sgd: crate::reference::sgd::step,
-        adagrad: crate::reference::adagrad::step,
-        adam: crate::reference::adam::step,
+        sgd: |c, x, t, _| crate::reference::sgd::step(c, x, t),
+        adagrad: |c, x, t, _| crate::reference::adagrad::step(c, x, t),
+        adam: |c, x, t, _| crate::reference::adam::step(c, x, t),
         // The reference recomputes u in pass 2 (SPEC.md §6.5); a kept direction is the same
         // value, so it is neither written nor read here.
-        lamb_pass1: |c, x, t, o, _kept| crate::reference::lamb::pass1_blocks(c, x, t, o),
-        lamb_pass2: |c, x, t, r, _kept| crate::reference::lamb::pass2(c, x, t, r),
+        lamb_pass1: |c, x, t, o, _kept, _| crate::reference::lamb::pass1_blocks(c, x, t, o),
+        lamb_pass2: |c, x, t, r, _kept, _| crate::reference::lamb::pass2(c, x, t, r),
         f32_to_fp8: |f, s, d, r, c, base| {
             for (i, (d, &x)) in d.iter_mut().zip(s).enumerate() {
                 *d = quant::f32_to(f.format(), x, mode(r, c, base, i));
@@ -322,8 +349,8 @@ macro_rules! simd_backend {
                 use super::*;
 
                 $(#[target_feature(enable = $features)])?
-                pub(super) unsafe fn sgd(c: &SgdConsts, x: &StepContext, t: &mut SgdTensor<'_>) {
-                    unsafe { kernels::optim::sgd::<$V>(c, x, t) }
+                pub(super) unsafe fn sgd(c: &SgdConsts, x: &StepContext, t: &mut SgdTensor<'_>, n: StepLen) {
+                    unsafe { kernels::optim::sgd::<$V>(c, x, t, n) }
                 }
             }
             use sgd_step::*;
@@ -332,8 +359,8 @@ macro_rules! simd_backend {
                 use super::*;
 
                 $(#[target_feature(enable = $features)])?
-                pub(super) unsafe fn adagrad(c: &AdagradConsts, x: &StepContext, t: &mut AdagradTensor<'_>) {
-                    unsafe { kernels::optim::adagrad::<$V>(c, x, t) }
+                pub(super) unsafe fn adagrad(c: &AdagradConsts, x: &StepContext, t: &mut AdagradTensor<'_>, n: StepLen) {
+                    unsafe { kernels::optim::adagrad::<$V>(c, x, t, n) }
                 }
             }
             use adagrad_step::*;
@@ -342,8 +369,8 @@ macro_rules! simd_backend {
                 use super::*;
 
                 $(#[target_feature(enable = $features)])?
-                pub(super) unsafe fn adam(c: &AdamConsts, x: &StepContext, t: &mut AdamTensor<'_>) {
-                    unsafe { kernels::optim::adam::<$V>(c, x, t) }
+                pub(super) unsafe fn adam(c: &AdamConsts, x: &StepContext, t: &mut AdamTensor<'_>, n: StepLen) {
+                    unsafe { kernels::optim::adam::<$V>(c, x, t, n) }
                 }
             }
             use adam_step::*;
@@ -352,14 +379,14 @@ macro_rules! simd_backend {
                 use super::*;
 
                 $(#[target_feature(enable = $features)])?
-                pub(super) unsafe fn lamb_pass1(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]]) {
-                    unsafe { kernels::optim::lamb_pass1::<$V, false>(c, x, t, o, None) }
+                pub(super) unsafe fn lamb_pass1(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]], n: StepLen) {
+                    unsafe { kernels::optim::lamb_pass1::<$V, false>(c, x, t, o, None, n) }
                 }
                 // With and without kept directions as separate functions, so that neither loop's
                 // register allocation pays for the other's (one spill in the AVX2 loop otherwise).
                 $(#[target_feature(enable = $features)])?
-                pub(super) unsafe fn lamb_pass1_keep(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]], k: &mut [f32]) {
-                    unsafe { kernels::optim::lamb_pass1::<$V, false>(c, x, t, o, Some(k)) }
+                pub(super) unsafe fn lamb_pass1_keep(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]], k: &mut [f32], n: StepLen) {
+                    unsafe { kernels::optim::lamb_pass1::<$V, false>(c, x, t, o, Some(k), n) }
                 }
             }
             use lamb_pass1_step::*;
@@ -368,12 +395,12 @@ macro_rules! simd_backend {
                 use super::*;
 
                 $(#[target_feature(enable = $features)])?
-                pub(super) unsafe fn lamb_pass2(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32) {
-                    unsafe { kernels::optim::lamb_pass2::<$V, false>(c, x, t, r, None) }
+                pub(super) unsafe fn lamb_pass2(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32, n: StepLen) {
+                    unsafe { kernels::optim::lamb_pass2::<$V, false>(c, x, t, r, None, n) }
                 }
                 $(#[target_feature(enable = $features)])?
-                pub(super) unsafe fn lamb_pass2_kept(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32, k: &[f32]) {
-                    unsafe { kernels::optim::lamb_pass2::<$V, false>(c, x, t, r, Some(k)) }
+                pub(super) unsafe fn lamb_pass2_kept(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32, k: &[f32], n: StepLen) {
+                    unsafe { kernels::optim::lamb_pass2::<$V, false>(c, x, t, r, Some(k), n) }
                 }
             }
             use lamb_pass2_step::*;
@@ -383,12 +410,12 @@ macro_rules! simd_backend {
                 use super::*;
 
                 $(#[target_feature(enable = $features)])?
-                pub(super) unsafe fn lamb_pass1_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]]) {
-                    unsafe { kernels::optim::lamb_pass1::<$V, true>(c, x, t, o, None) }
+                pub(super) unsafe fn lamb_pass1_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]], n: StepLen) {
+                    unsafe { kernels::optim::lamb_pass1::<$V, true>(c, x, t, o, None, n) }
                 }
                 $(#[target_feature(enable = $features)])?
-                pub(super) unsafe fn lamb_pass1_keep_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]], k: &mut [f32]) {
-                    unsafe { kernels::optim::lamb_pass1::<$V, true>(c, x, t, o, Some(k)) }
+                pub(super) unsafe fn lamb_pass1_keep_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, o: &mut [[f64; 2]], k: &mut [f32], n: StepLen) {
+                    unsafe { kernels::optim::lamb_pass1::<$V, true>(c, x, t, o, Some(k), n) }
                 }
             }
             use lamb_pass1_sr_step::*;
@@ -397,12 +424,12 @@ macro_rules! simd_backend {
                 use super::*;
 
                 $(#[target_feature(enable = $features)])?
-                pub(super) unsafe fn lamb_pass2_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32) {
-                    unsafe { kernels::optim::lamb_pass2::<$V, true>(c, x, t, r, None) }
+                pub(super) unsafe fn lamb_pass2_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32, n: StepLen) {
+                    unsafe { kernels::optim::lamb_pass2::<$V, true>(c, x, t, r, None, n) }
                 }
                 $(#[target_feature(enable = $features)])?
-                pub(super) unsafe fn lamb_pass2_kept_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32, k: &[f32]) {
-                    unsafe { kernels::optim::lamb_pass2::<$V, true>(c, x, t, r, Some(k)) }
+                pub(super) unsafe fn lamb_pass2_kept_sr(c: &LambConsts, x: &StepContext, t: &mut LambTensor<'_>, r: f32, k: &[f32], n: StepLen) {
+                    unsafe { kernels::optim::lamb_pass2::<$V, true>(c, x, t, r, Some(k), n) }
                 }
             }
             use lamb_pass2_sr_step::*;
@@ -443,34 +470,34 @@ macro_rules! simd_backend {
                 f16_to_f32: |s, d| unsafe { f16_to_f32(s, d) },
                 split: |s, t, l| unsafe { split(s, t, l) },
                 combine: |t, l, d| unsafe { combine(t, l, d) },
-                sgd: |c, x, t| unsafe { sgd(c, x, t) },
-                adagrad: |c, x, t| unsafe { adagrad(c, x, t) },
-                adam: |c, x, t| unsafe { adam(c, x, t) },
+                sgd: |c, x, t, n| unsafe { sgd(c, x, t, n) },
+                adagrad: |c, x, t, n| unsafe { adagrad(c, x, t, n) },
+                adam: |c, x, t, n| unsafe { adam(c, x, t, n) },
                 // LAMB's stochastic entry points only where layouts are compiled (elsewhere both
                 // entry points would run the same run-time access, compiled twice).
-                lamb_pass1: |c, x, t, o, k| {
+                lamb_pass1: |c, x, t, o, k, n| {
                     if const { <$V as crate::arch::Simd>::COMPILED_LAYOUTS } && t.has_bf16() {
                         return match k {
-                            Some(k) => unsafe { lamb_pass1_keep_sr(c, x, t, o, k) },
-                            None => unsafe { lamb_pass1_sr(c, x, t, o) },
+                            Some(k) => unsafe { lamb_pass1_keep_sr(c, x, t, o, k, n) },
+                            None => unsafe { lamb_pass1_sr(c, x, t, o, n) },
                         };
                     }
                     match k {
-                        Some(k) => unsafe { lamb_pass1_keep(c, x, t, o, k) },
-                        None => unsafe { lamb_pass1(c, x, t, o) },
+                        Some(k) => unsafe { lamb_pass1_keep(c, x, t, o, k, n) },
+                        None => unsafe { lamb_pass1(c, x, t, o, n) },
                     }
                 },
-                lamb_pass2: |c, x, t, r, k| {
+                lamb_pass2: |c, x, t, r, k, n| {
                     if const { <$V as crate::arch::Simd>::COMPILED_LAYOUTS } {
                         match k {
-                            Some(k) if t.has_bf16_weights() => return unsafe { lamb_pass2_kept_sr(c, x, t, r, k) },
-                            None if t.has_bf16() => return unsafe { lamb_pass2_sr(c, x, t, r) },
+                            Some(k) if t.has_bf16_weights() => return unsafe { lamb_pass2_kept_sr(c, x, t, r, k, n) },
+                            None if t.has_bf16() => return unsafe { lamb_pass2_sr(c, x, t, r, n) },
                             _ => {}
                         }
                     }
                     match k {
-                        Some(k) => unsafe { lamb_pass2_kept(c, x, t, r, k) },
-                        None => unsafe { lamb_pass2(c, x, t, r) },
+                        Some(k) => unsafe { lamb_pass2_kept(c, x, t, r, k, n) },
+                        None => unsafe { lamb_pass2(c, x, t, r, n) },
                     }
                 },
                 f32_to_fp8: |f, s, d, r, c, b| unsafe { f32_to_fp8(f, s, d, r, c, b) },

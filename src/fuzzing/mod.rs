@@ -287,12 +287,12 @@ pub mod internals {
     }
 
     /// `HALFSTEP_PREFETCH` values, `auto`'s choice by CPU, the step pieces each choice
-    /// prefetches, and which storage layouts count as plain f32 steps there.
+    /// prefetches, and how that rule sees each storage layout.
     pub fn prefetch_setting() {
         crate::cpu::checks::prefetch_setting_reads_on_off_auto();
         crate::cpu::checks::prefetch_auto_follows_the_cpu();
         crate::cpu::checks::step_pieces_by_setting();
-        crate::kernels::optim::checks::plain_f32_layouts();
+        crate::kernels::optim::checks::layouts_step_buffers();
     }
 
     /// How many LAMB norm blocks a piece of a tensor touches.

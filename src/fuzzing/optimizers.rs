@@ -356,7 +356,14 @@ fn lamb_block_sums(
     cfg.check_tensor(&t)?;
     let mut sums =
         vec![[0.0f64; 2]; crate::reference::norm::spanned_blocks(c.stream.index_base, c.len)];
-    (e.k.lamb_pass1)(&cfg.consts(c.ctx.step), &c.ctx, &mut t, &mut sums, None);
+    (e.k.lamb_pass1)(
+        &cfg.consts(c.ctx.step),
+        &c.ctx,
+        &mut t,
+        &mut sums,
+        None,
+        Default::default(),
+    );
     let bits = |x: f64| {
         if x.is_nan() {
             f64::NAN.to_bits()

@@ -89,7 +89,7 @@ impl Step for AdagradConfig {
     }
 
     fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut AdagradTensor<'_>) {
-        (engine.k.adagrad)(&self.consts(ctx.step), ctx, t);
+        (engine.k.adagrad)(&self.consts(ctx.step), ctx, t, engine.step_len());
     }
 }
 

@@ -103,7 +103,7 @@ impl Step for AdamConfig {
     }
 
     fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut AdamTensor<'_>) {
-        (engine.k.adam)(&self.consts(ctx.step), ctx, t);
+        (engine.k.adam)(&self.consts(ctx.step), ctx, t, engine.step_len());
     }
 }
 

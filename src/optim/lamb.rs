@@ -1,6 +1,7 @@
 use super::{Step, powi_f64, require_beta, require_eps, require_nonneg};
 use crate::dispatch::Engine;
 use crate::error::{Error, Result, require};
+use crate::kernels::optim::StepLen;
 use crate::parallel::{self, Leaf, Threads};
 use crate::reference::lamb::LambConsts;
 use crate::reference::lamb::scaled_lr;
@@ -97,6 +98,8 @@ impl Step for LambConfig {
     /// their block sums collected on the stack and added in order.
     fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut LambTensor<'_>) {
         let c = self.consts(ctx.step);
+        // Pass 1 runs in segments; the step is the whole tensor, or the group it is a piece of.
+        let step_len = StepLen(t.len().max(engine.step_len().0));
         let mut sums = [[0.0f64; 2]; SEGMENT_BLOCKS];
         let mut total = [0.0f64; 2];
         let segment = (SEGMENT_BLOCKS * NORM_BLOCK) as u64;
@@ -106,12 +109,12 @@ impl Step for LambConfig {
             let mid = ((base / segment + 1) * segment - base).min(rest.len() as u64) as usize;
             let (mut piece, tail) = rest.split_at(mid);
             let sums = &mut sums[..spanned_blocks(base, mid)];
-            (engine.k.lamb_pass1)(&c, ctx, &mut piece, sums, None);
+            (engine.k.lamb_pass1)(&c, ctx, &mut piece, sums, None, step_len);
             add_blocks(&mut total, sums);
             rest = tail;
         }
         let lr_ratio = scaled_lr(&c, total[0], total[1]);
-        (engine.k.lamb_pass2)(&c, ctx, t, lr_ratio, None);
+        (engine.k.lamb_pass2)(&c, ctx, t, lr_ratio, None, step_len);
     }
 
     fn reserve(ws: &mut LambWorkspace, tensors: &[LambTensor<'_>]) {
@@ -153,6 +156,7 @@ impl Step for LambConfig {
         let mut kept = (elements <= KEEP_DIRECTIONS_MAX)
             .then(|| ws.directions.get_mut(..elements))
             .flatten();
+        let engine = &engine.for_step(elements);
         let pass1 = Pass1 { c: &c, engine, ctx };
         let pass2 = Pass2 { c: &c, engine, ctx };
         let ratios = &mut ws.lr_ratios[..n];
@@ -195,7 +199,8 @@ struct Pass1<'c> {
 
 impl<'s> Leaf<LambConfig, (&'s mut [[f64; 2]], Option<&'s mut [f32]>)> for Pass1<'_> {
     fn run(&self, mut t: LambTensor<'_>, (sums, kept): (&mut [[f64; 2]], Option<&mut [f32]>)) {
-        (self.engine.k.lamb_pass1)(self.c, self.ctx, &mut t, sums, kept);
+        let step_len = self.engine.step_len();
+        (self.engine.k.lamb_pass1)(self.c, self.ctx, &mut t, sums, kept, step_len);
     }
 }
 
@@ -207,7 +212,15 @@ struct Pass2<'c> {
 
 impl<'s> Leaf<LambConfig, (&'s [f32], Option<&'s mut [f32]>)> for Pass2<'_> {
     fn run(&self, mut t: LambTensor<'_>, (lr_ratio, kept): (&[f32], Option<&mut [f32]>)) {
-        (self.engine.k.lamb_pass2)(self.c, self.ctx, &mut t, lr_ratio[0], kept.as_deref());
+        let step_len = self.engine.step_len();
+        (self.engine.k.lamb_pass2)(
+            self.c,
+            self.ctx,
+            &mut t,
+            lr_ratio[0],
+            kept.as_deref(),
+            step_len,
+        );
     }
 }
 

@@ -146,9 +146,10 @@ fn elementwise_group<C: Step>(
     tensors: &mut [C::Tensor<'_>],
     threads: &Threads,
 ) {
+    let total = tensors.iter().map(C::tensor_len).sum();
     let leaf = EachPiece {
         config,
-        engine,
+        engine: &engine.for_step(total),
         ctx,
     };
     parallel::for_group::<C, (), _>(threads, tensors, (), &leaf);

@@ -104,7 +104,7 @@ impl Step for SgdConfig {
     }
 
     fn step_checked(&self, engine: &Engine, ctx: &StepContext, t: &mut SgdTensor<'_>) {
-        (engine.k.sgd)(&self.consts(ctx.step), ctx, t);
+        (engine.k.sgd)(&self.consts(ctx.step), ctx, t, engine.step_len());
     }
 }
 

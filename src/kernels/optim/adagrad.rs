@@ -46,6 +46,7 @@ pub(crate) unsafe fn adagrad<V: Simd>(
     c: &AdagradConsts,
     ctx: &StepContext,
     t: &mut AdagradTensor<'_>,
+    step_len: StepLen,
 ) {
     unsafe {
         let n = t.weights.len();
@@ -53,6 +54,7 @@ pub(crate) unsafe fn adagrad<V: Simd>(
             w: Buf::weights(&mut t.weights),
             g: Some(Buf::grads(&t.grads)),
             s: [None, Some(Buf::state(&mut t.sum)), None],
+            step_len,
         };
         let mut op = AdagradOp::<V> {
             c: *c,

@@ -84,7 +84,12 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
 }
 
 #[inline(always)]
-pub(crate) unsafe fn adam<V: Simd>(c: &AdamConsts, ctx: &StepContext, t: &mut AdamTensor<'_>) {
+pub(crate) unsafe fn adam<V: Simd>(
+    c: &AdamConsts,
+    ctx: &StepContext,
+    t: &mut AdamTensor<'_>,
+    step_len: StepLen,
+) {
     unsafe {
         let n = t.weights.len();
         let s2 = match t.max_exp_avg_sq.as_mut() {
@@ -99,6 +104,7 @@ pub(crate) unsafe fn adam<V: Simd>(c: &AdamConsts, ctx: &StepContext, t: &mut Ad
                 Some(Buf::state(&mut t.exp_avg_sq)),
                 s2,
             ],
+            step_len,
         };
         let mut op = AdamOp::<V> {
             c: *c,

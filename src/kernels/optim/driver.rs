@@ -1208,7 +1208,8 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
         };
         // The length first: a short step never reads the setting (whose first read looks up the
         // environment).
-        let prefetch = V::HAS_PREFETCH && n >= PREFETCH_MIN && step_prefetches(n, L::PLAIN_F32);
+        let prefetch =
+            V::HAS_PREFETCH && n >= PREFETCH_MIN && step_prefetches(n, b.step_len, L::BUFFERS);
         let mut driver = Driver { b, op, c, prefetch };
         driver.arrange_bits();
         run_chunks::<V, _>(base, n, &mut driver);

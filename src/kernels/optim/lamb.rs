@@ -331,6 +331,7 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
     t: &mut LambTensor<'_>,
     out: &mut [[f64; 2]],
     kept: Option<&mut [f32]>,
+    step_len: StepLen,
 ) {
     unsafe {
         let n = t.weights.len();
@@ -345,6 +346,7 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
                 Some(Buf::state(&mut t.exp_avg_sq)),
                 None,
             ],
+            step_len,
         };
         let st = &t.stream;
         match kept {
@@ -397,6 +399,7 @@ pub(crate) unsafe fn lamb_pass2<V: Simd, const SR: bool>(
     t: &mut LambTensor<'_>,
     lr_ratio: f32,
     kept: Option<&[f32]>,
+    step_len: StepLen,
 ) {
     unsafe {
         let n = t.weights.len();
@@ -411,6 +414,7 @@ pub(crate) unsafe fn lamb_pass2<V: Simd, const SR: bool>(
                     w,
                     g: None,
                     s: [Some(Buf::F32(kept.as_ptr().cast_mut())), None, None],
+                    step_len,
                 };
                 let mut p2 = LambPass2::<V, true> { k, neg_lr_ratio };
                 lamb_layouts!(
@@ -435,6 +439,7 @@ pub(crate) unsafe fn lamb_pass2<V: Simd, const SR: bool>(
                         Some(Buf::state(&mut t.exp_avg_sq)),
                         None,
                     ],
+                    step_len,
                 };
                 let mut p2 = LambPass2::<V, false> { k, neg_lr_ratio };
                 lamb_layouts!(

@@ -8,6 +8,7 @@ use super::{
     BitsBlock, Chunk, ChunkBody, RoundingBits, SEQ_GROUPS, Stage, full_run_plain, run_chunks,
     stage_in, stage_out,
 };
+use crate::cpu::StepBuffers;
 use crate::reference::round::Rounding;
 use crate::rng::{Purpose, StepContext, TensorStream, coord};
 use crate::storage::{Grads, State, Weights};
@@ -841,10 +842,14 @@ trait Layout<V: Simd> {
     const ALL_F32: bool =
         Self::W::WIDE && Self::G::WIDE && Self::S0::WIDE && Self::S1::WIDE && Self::S2::WIDE;
 
-    /// Whether every buffer is f32 (or absent) and the step keeps one state at most: SGD,
-    /// Adagrad, and LAMB's second pass where it reads the update its first pass kept; not Adam,
-    /// AdamW nor LAMB's first pass ([`crate::cpu::Prefetch::step_piece`]).
-    const PLAIN_F32: bool = Self::ALL_F32 && !(Self::S0::PRESENT && Self::S1::PRESENT);
+    /// What the step's buffers are, for the prefetch rule ([`StepBuffers`]).
+    const BUFFERS: StepBuffers = if !Self::ALL_F32 {
+        StepBuffers::Narrow
+    } else if Self::S0::PRESENT && Self::S1::PRESENT {
+        StepBuffers::F32TwoStates
+    } else {
+        StepBuffers::PlainF32
+    };
 
     /// How far ahead of a full chunk (bytes, in every buffer) the driver prefetches: 2 KiB when
     /// every buffer is f32, else 4 KiB (see [`PREFETCH_AHEAD_BYTES`]).
@@ -909,6 +914,8 @@ struct DynBufs {
     w: Buf,
     g: Option<Buf>,
     s: [Option<Buf>; 3],
+    /// The whole step's length, for the prefetch rule.
+    step_len: StepLen,
 }
 
 /// The buffers of one tensor with their access types, and their RNG streams.
@@ -920,6 +927,8 @@ struct Bufs<V: Simd, L: Layout<V>> {
     s2: L::S2,
     rng_w: RoundingBits<V>,
     rng_s: [RoundingBits<V>; 3],
+    /// [`DynBufs::step_len`].
+    step_len: StepLen,
 }
 
 impl<V: Simd, L: Layout<V>> Bufs<V, L> {
@@ -948,6 +957,7 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
                 bits(Purpose::SecondMoment, b1),
                 bits(Purpose::MaxSecondMoment, b2),
             ],
+            step_len: d.step_len,
         })
     }
 }
@@ -1089,14 +1099,21 @@ unsafe fn prefetch_ahead<V: Simd, T>(p: *mut T, off: isize, bytes: usize) {
 /// parallel driver cuts large tensors into pieces of `elements / (8 × threads)` on a team.
 pub(crate) const PREFETCH_MIN: usize = 128 * 1024;
 
-/// Whether a step's piece of `n` elements (at least [`PREFETCH_MIN`]) prefetches, `plain_f32`
-/// where every buffer of the step is f32 and it keeps one state at most
-/// ([`crate::cpu::Prefetch::step_piece`]; docs/DESIGN.md, "SIMD backends": on Zen 3 at 1M
-/// elements, inside its L3, prefetching cost 2–31%; on Zen 5, one thread, the all-f32 SGD and
-/// Adagrad lost 4–20% at 2M–4M, where the all-f32 Adam and AdamW gained 3–11%).
+/// The elements of the whole step a kernel call runs a piece of: a group's, across its tensors
+/// and threads; 0 where the caller does not say (the piece is then taken for the step). Whether
+/// the step's buffers outgrow the caches decides where some CPUs prefetch
+/// ([`crate::cpu::Prefetch::step_piece`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StepLen(pub usize);
+
+/// Whether a step's piece of `n` elements (at least [`PREFETCH_MIN`]) prefetches, in a step of
+/// `step_len` with the buffers `buffers` ([`crate::cpu::Prefetch::step_piece`]; docs/DESIGN.md,
+/// "SIMD backends": on Zen 3 at 1M elements, inside its L3, prefetching cost 2–31%; on Zen 5, one
+/// thread, the all-f32 SGD and Adagrad lost 4–20% at 2M–4M, where the all-f32 Adam and AdamW
+/// gained 3–11%).
 #[inline(always)]
-fn step_prefetches(n: usize, plain_f32: bool) -> bool {
-    crate::cpu::prefetch().step_piece(n, plain_f32)
+fn step_prefetches(n: usize, step_len: StepLen, buffers: StepBuffers) -> bool {
+    crate::cpu::prefetch().step_piece(n, n.max(step_len.0), buffers)
 }
 
 mod adagrad;
@@ -1118,32 +1135,65 @@ pub(crate) mod checks {
     use super::*;
     use crate::arch::portable::Portable;
 
-    fn plain_f32<L: Layout<Portable>>() -> bool {
-        L::PLAIN_F32
+    fn buffers<L: Layout<Portable>>() -> StepBuffers {
+        L::BUFFERS
     }
 
-    /// Which layouts count as plain f32 for the prefetch rule: all-f32 steps with one state at
-    /// most, as the optimizers' slot patterns give them.
-    pub(crate) fn plain_f32_layouts() {
+    /// How the prefetch rule sees each layout, as the optimizers' slot patterns give them.
+    pub(crate) fn layouts_step_buffers() {
+        use StepBuffers::*;
         type F = F32Buf;
         type H = Bf16Buf;
         type Sr = Bf16Buf<STOCHASTIC>;
         type S = SplitBuf;
         type R = Buf;
         // SGD without and with momentum, Adagrad (its sum in slot 1), LAMB's pass 2 reading the
-        // kept update: plain.
-        assert!(plain_f32::<Lay<F, Has<F>, Lacks<F>, Lacks<F>, Lacks<F>>>());
-        assert!(plain_f32::<Lay<F, Has<F>, Has<F>, Lacks<F>, Lacks<F>>>());
-        assert!(plain_f32::<Lay<F, Has<F>, Lacks<F>, Has<F>, Lacks<F>>>());
-        assert!(plain_f32::<Lay<F, Lacks<F>, Scratch<F>, Lacks<F>, Lacks<F>>>());
-        // Adam and AdamW, AMSGrad, LAMB's pass 2 from the moments: two states.
-        assert!(!plain_f32::<Lay<F, Has<F>, Has<F>, Has<F>, Lacks<F>>>());
-        assert!(!plain_f32::<Lay<F, Has<F>, Has<F>, Has<F>, Has<F>>>());
-        assert!(!plain_f32::<Lay<F, Lacks<F>, Has<F>, Has<F>, Lacks<F>>>());
+        // kept update.
+        assert_eq!(
+            buffers::<Lay<F, Has<F>, Lacks<F>, Lacks<F>, Lacks<F>>>(),
+            PlainF32
+        );
+        assert_eq!(
+            buffers::<Lay<F, Has<F>, Has<F>, Lacks<F>, Lacks<F>>>(),
+            PlainF32
+        );
+        assert_eq!(
+            buffers::<Lay<F, Has<F>, Lacks<F>, Has<F>, Lacks<F>>>(),
+            PlainF32
+        );
+        assert_eq!(
+            buffers::<Lay<F, Lacks<F>, Scratch<F>, Lacks<F>, Lacks<F>>>(),
+            PlainF32
+        );
+        // Adam and AdamW, AMSGrad, LAMB's pass 2 from the moments.
+        assert_eq!(
+            buffers::<Lay<F, Has<F>, Has<F>, Has<F>, Lacks<F>>>(),
+            F32TwoStates
+        );
+        assert_eq!(
+            buffers::<Lay<F, Has<F>, Has<F>, Has<F>, Has<F>>>(),
+            F32TwoStates
+        );
+        assert_eq!(
+            buffers::<Lay<F, Lacks<F>, Has<F>, Has<F>, Lacks<F>>>(),
+            F32TwoStates
+        );
         // A buffer other than f32, or kinds known only at run time.
-        assert!(!plain_f32::<Lay<S, Has<H>, Has<F>, Lacks<F>, Lacks<F>>>());
-        assert!(!plain_f32::<Lay<Sr, Has<H>, Has<F>, Lacks<F>, Lacks<F>>>());
-        assert!(!plain_f32::<Lay<F, Has<F>, Has<Sr>, Lacks<Sr>, Lacks<Sr>>>());
-        assert!(!plain_f32::<Lay<R, Has<R>, Has<R>, Lacks<R>, Lacks<R>>>());
+        assert_eq!(
+            buffers::<Lay<S, Has<H>, Has<F>, Lacks<F>, Lacks<F>>>(),
+            Narrow
+        );
+        assert_eq!(
+            buffers::<Lay<Sr, Has<H>, Has<F>, Lacks<F>, Lacks<F>>>(),
+            Narrow
+        );
+        assert_eq!(
+            buffers::<Lay<F, Has<F>, Has<Sr>, Lacks<Sr>, Lacks<Sr>>>(),
+            Narrow
+        );
+        assert_eq!(
+            buffers::<Lay<R, Has<R>, Has<R>, Lacks<R>, Lacks<R>>>(),
+            Narrow
+        );
     }
 }

@@ -68,12 +68,17 @@ impl<V: Simd, const PLAIN: bool> ElementOp<V> for SgdOp<V, PLAIN> {
 }
 
 #[inline(always)]
-pub(crate) unsafe fn sgd<V: Simd>(c: &SgdConsts, ctx: &StepContext, t: &mut SgdTensor<'_>) {
+pub(crate) unsafe fn sgd<V: Simd>(
+    c: &SgdConsts,
+    ctx: &StepContext,
+    t: &mut SgdTensor<'_>,
+    step_len: StepLen,
+) {
     unsafe {
         if c.maximize || c.first_step || c.nesterov || c.one_minus_dampening != 1.0 {
-            sgd_op::<V, false>(c, ctx, t)
+            sgd_op::<V, false>(c, ctx, t, step_len)
         } else {
-            sgd_op::<V, true>(c, ctx, t)
+            sgd_op::<V, true>(c, ctx, t, step_len)
         }
     }
 }
@@ -83,6 +88,7 @@ unsafe fn sgd_op<V: Simd, const PLAIN: bool>(
     c: &SgdConsts,
     ctx: &StepContext,
     t: &mut SgdTensor<'_>,
+    step_len: StepLen,
 ) {
     unsafe {
         let n = t.weights.len();
@@ -95,6 +101,7 @@ unsafe fn sgd_op<V: Simd, const PLAIN: bool>(
             w: Buf::weights(&mut t.weights),
             g: Some(Buf::grads(&t.grads)),
             s: [s0, None, None],
+            step_len,
         };
         let mut op = SgdOp::<V, PLAIN> {
             c: *c,
