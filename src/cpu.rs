@@ -160,10 +160,9 @@ impl Prefetch {
 /// conversions; a hint that never changes a bit). `auto` (the default) turns them on where they
 /// were measured to pay: on Intel CPUs for long runs, on AMD's Zen 3 for the optimizer steps' pieces
 /// of 2M elements and more, on Zen 5 EPYC CPUs for the pieces of the steps of 2M elements and more
-/// (32M for the all-f32 steps, or pieces of 2M for Adam's and LAMB's); on the other AMD CPUs measured they cost time
-/// (docs/DESIGN.md, "SIMD backends"). Decided
-/// once per process; a value other than `on`, `off` or `auto` is reported on stderr once and read
-/// as `auto`.
+/// (32M for the all-f32 steps, or pieces of 2M for Adam's and LAMB's); on the other AMD CPUs
+/// measured they cost time (docs/DESIGN.md, "SIMD backends"). Decided once per process; a value
+/// other than `on`, `off` or `auto` is reported on stderr once and read as `auto`.
 pub fn software_prefetch() -> bool {
     prefetch() != Prefetch::Off
 }

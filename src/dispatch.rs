@@ -53,7 +53,7 @@ impl Backend {
 type QuantizeFp4 = fn(Fp4Scaling, &[f32], &mut [u8], &mut [u8], Rounding, &BitsCoord, u64);
 
 /// LAMB pass 1: (constants, context, tensor piece, block sums out, where to keep each element's
-/// direction u for pass 2, if anywhere).
+/// direction u for pass 2, if anywhere, the whole step's length).
 type LambPass1 = fn(
     &LambConsts,
     &StepContext,
@@ -64,10 +64,12 @@ type LambPass1 = fn(
 );
 
 /// LAMB pass 2: (constants, context, tensor piece, lr × trust ratio, the directions pass 1 kept,
-/// else u is recomputed from the stored moments).
+/// else u is recomputed from the stored moments, the whole step's length).
 type LambPass2 = fn(&LambConsts, &StepContext, &mut LambTensor<'_>, f32, Option<&[f32]>, StepLen);
 
 /// One implementation of every kernel. The callers have validated everything; these only compute.
+/// The optimizer steps' last argument is the length of the whole step the call is a piece of
+/// ([`Engine::for_step`]): it decides only where some CPUs prefetch, never a bit.
 pub(crate) struct Kernels {
     pub fill_bits: fn(&BitsCoord, u64, &mut [u16]),
     pub f32_to_bf16: fn(&[f32], &mut [u16], Rounding, &BitsCoord, u64),
