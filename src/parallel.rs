@@ -408,8 +408,13 @@ pub(crate) fn for_group<C: Pieces, S: Side, L: Leaf<C, S>>(
     side: S,
     leaf: &L,
 ) {
-    let total: usize = ts.iter().map(C::tensor_len).sum();
+    let total = group_len::<C>(ts);
     threads.run(total, |split| for_pieces::<C, S, L>(split, ts, side, leaf));
+}
+
+/// The elements of a group, over all its tensors.
+pub(crate) fn group_len<C: Pieces>(ts: &[C::Tensor<'_>]) -> usize {
+    ts.iter().map(C::tensor_len).sum()
 }
 
 /// [`for_group`] inside a [`Threads::run`] the caller already holds (`split` as it hands out),
@@ -449,7 +454,7 @@ fn team_pieces<'a, C: Pieces, S: Side, L: Leaf<C, S>>(
     side: S,
     leaf: &L,
 ) {
-    let total: usize = ts.iter().map(C::tensor_len).sum();
+    let total = group_len::<C>(ts);
     let members = team.size().min(total / min.max(1));
     if members <= 1 {
         return list::<C, S, L>(ts, side, leaf, Split::Serial);
@@ -497,7 +502,7 @@ fn list<C: Pieces, S: Side, L: Leaf<C, S>>(
     leaf: &L,
     split: Split<'_>,
 ) {
-    let total: usize = ts.iter().map(C::tensor_len).sum();
+    let total = group_len::<C>(ts);
     if ts.len() <= 1 || !split.cuts(total) {
         // One tensor, or several not worth cutting between: one after the other, each maybe cut.
         let mut side = side;
@@ -517,7 +522,7 @@ fn list<C: Pieces, S: Side, L: Leaf<C, S>>(
     }
     let k = k.max(1);
     let left_blocks = ts[..k].iter().map(tensor_blocks::<C>).sum();
-    let left_elements = ts[..k].iter().map(C::tensor_len).sum();
+    let left_elements = group_len::<C>(&ts[..k]);
     let (sa, sb) = side.cut(left_elements, left_blocks, Some(k));
     let (a, b) = ts.split_at_mut(k);
     split.join(

@@ -253,7 +253,7 @@ impl LambWorkspace {
 
     /// Elements of a group.
     fn elements(tensors: &[LambTensor<'_>]) -> usize {
-        tensors.iter().map(LambTensor::len).sum()
+        parallel::group_len::<LambConfig>(tensors)
     }
 
     /// Norm blocks and tensors of a group. A tensor whose index range is invalid counts no

@@ -146,7 +146,7 @@ fn elementwise_group<C: Step>(
     tensors: &mut [C::Tensor<'_>],
     threads: &Threads,
 ) {
-    let total = tensors.iter().map(C::tensor_len).sum();
+    let total = parallel::group_len::<C>(tensors);
     let leaf = EachPiece {
         config,
         engine: &engine.for_step(total),
