@@ -107,11 +107,14 @@ pub(crate) enum Prefetch {
     LargePieces,
     /// On the pieces of the large optimizer steps, by the whole step's length (a group's, across
     /// tensors and threads) and its buffers ([`StepBuffers`]): a step with a buffer other than
-    /// f32 from [`LARGE_PIECE`] elements; an all-f32 step from [`LARGE_F32_STEP`], and one with
-    /// two states on its pieces of [`LARGE_PIECE`] too. Zen 5 EPYC CPUs: there a step with a
-    /// narrow buffer whose buffers outgrow the L3 gains however it is cut, the all-f32 steps
-    /// with two states gain on large pieces but not on two threads' small ones, and the plain
-    /// f32 steps lose at 2M–4M elements and are level at 16M.
+    /// f32 from [`LARGE_PIECE`] elements; an all-f32 step from [`LARGE_F32_STEP`]; an all-f32
+    /// step that divides on its pieces of [`LARGE_PIECE`], a page ahead where the step is shorter
+    /// than [`PAGE_TWO_STATES_STEP`] (two states) or [`PAGE_ONE_STATE_STEP`] (one), and with two
+    /// states half a page ahead beyond. Zen 5 EPYC CPUs: there a step with a narrow buffer whose
+    /// buffers outgrow the L3 gains however it is cut; the all-f32 steps that divide gain on one
+    /// thread's pieces of 2M and more, a page ahead just past the L3 (half a page ahead Adagrad's
+    /// lost), Adam's half a page ahead beyond, neither on two threads' small pieces; SGD's f32
+    /// steps lose at 2M–4M and are level at 16M.
     LargeSteps,
     /// On the optimizer steps' and the conversions' long runs: Intel CPUs, or
     /// `HALFSTEP_PREFETCH=on`.
@@ -126,6 +129,18 @@ pub(crate) const LARGE_PIECE: usize = 2 << 20;
 /// ones lose at 2M–4M, are level at 16M and gain from 64M.
 pub(crate) const LARGE_F32_STEP: usize = 32 << 20;
 
+/// [`Prefetch::LargeSteps`]: an all-f32 step with two states shorter than this, in elements,
+/// prefetches its pieces of [`LARGE_PIECE`] a page ahead. On Zen 5, one thread, the f32 AdamW and
+/// LAMB took 0.75–0.85 and 0.77–0.79 of their time half a page ahead at 2M, 0.87–0.98 and
+/// 0.77–0.78 at 3M, but Adam and AdamW 1.01–1.11 at 4M.
+pub(crate) const PAGE_TWO_STATES_STEP: usize = 4 << 20;
+
+/// [`Prefetch::LargeSteps`]: an all-f32 step with one state that divides (Adagrad) shorter than
+/// this, in elements, prefetches its pieces of [`LARGE_PIECE`] a page ahead. On Zen 5, one thread,
+/// Adagrad took 0.84–0.91 of its time without prefetching at 2M–6M a page ahead (1.03–1.21 half a
+/// page ahead), 0.99 at 8M.
+pub(crate) const PAGE_ONE_STATE_STEP: usize = 8 << 20;
+
 /// An optimizer step's buffers, as far as [`Prefetch::LargeSteps`] tells them apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StepBuffers {
@@ -133,25 +148,63 @@ pub(crate) enum StepBuffers {
     Narrow,
     /// Every buffer f32, with two states or more: Adam, AdamW, LAMB's first pass.
     F32TwoStates,
-    /// Every buffer f32, with one state at most: SGD, Adagrad, LAMB's second pass where it
-    /// reads the update its first pass kept.
+    /// Every buffer f32, with one state at most, in an update that divides: Adagrad.
+    F32Divides,
+    /// Every buffer f32, with one state at most, in an update that does not divide: SGD, LAMB's
+    /// second pass where it reads the update its first pass kept.
     PlainF32,
 }
 
-impl Prefetch {
-    /// Whether an optimizer step's piece of `n` elements, long enough for the kernels to
-    /// prefetch at all, prefetches under this setting, in a step of `step_len` elements in all
-    /// (at least `n`) with the buffers `buffers`.
-    pub(crate) fn step_piece(self, n: usize, step_len: usize, buffers: StepBuffers) -> bool {
+impl StepBuffers {
+    /// A layout's buffers ([`StepBuffers::PlainF32`] at most) in an update that divides where
+    /// `divides`: all f32 with one state at most are then [`StepBuffers::F32Divides`].
+    pub(crate) const fn dividing(self, divides: bool) -> Self {
         match self {
-            Prefetch::LongRuns => true,
-            Prefetch::LargePieces => n >= LARGE_PIECE,
+            StepBuffers::PlainF32 if divides => StepBuffers::F32Divides,
+            other => other,
+        }
+    }
+}
+
+/// How far ahead a prefetching piece of an optimizer step runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ahead {
+    /// The layout's own distance: a page, or half a page where every buffer is f32.
+    Layout,
+    /// A whole page in every buffer.
+    Page,
+}
+
+impl Prefetch {
+    /// Whether and how far ahead an optimizer step's piece of `n` elements, long enough for the
+    /// kernels to prefetch at all, prefetches under this setting, in a step of `step_len`
+    /// elements in all (at least `n`) with the buffers `buffers`.
+    pub(crate) fn step_piece(
+        self,
+        n: usize,
+        step_len: usize,
+        buffers: StepBuffers,
+    ) -> Option<Ahead> {
+        let layout = |on: bool| on.then_some(Ahead::Layout);
+        match self {
+            Prefetch::LongRuns => Some(Ahead::Layout),
+            Prefetch::LargePieces => layout(n >= LARGE_PIECE),
             Prefetch::LargeSteps => match buffers {
-                StepBuffers::Narrow => step_len >= LARGE_PIECE,
-                StepBuffers::F32TwoStates => n >= LARGE_PIECE || step_len >= LARGE_F32_STEP,
-                StepBuffers::PlainF32 => step_len >= LARGE_F32_STEP,
+                StepBuffers::Narrow => layout(step_len >= LARGE_PIECE),
+                StepBuffers::F32TwoStates
+                    if n >= LARGE_PIECE && step_len < PAGE_TWO_STATES_STEP =>
+                {
+                    Some(Ahead::Page)
+                }
+                StepBuffers::F32Divides if n >= LARGE_PIECE && step_len < PAGE_ONE_STATE_STEP => {
+                    Some(Ahead::Page)
+                }
+                StepBuffers::F32TwoStates => layout(n >= LARGE_PIECE || step_len >= LARGE_F32_STEP),
+                StepBuffers::F32Divides | StepBuffers::PlainF32 => {
+                    layout(step_len >= LARGE_F32_STEP)
+                }
             },
-            Prefetch::Off => false,
+            Prefetch::Off => None,
         }
     }
 }
@@ -160,9 +213,11 @@ impl Prefetch {
 /// conversions; a hint that never changes a bit). `auto` (the default) turns them on where they
 /// were measured to pay: on Intel CPUs for long runs, on AMD's Zen 3 for the optimizer steps' pieces
 /// of 2M elements and more, on Zen 5 EPYC CPUs for the pieces of the steps of 2M elements and more
-/// (32M for the all-f32 steps, or pieces of 2M for Adam's and LAMB's); on the other AMD CPUs
-/// measured they cost time (docs/DESIGN.md, "SIMD backends"). Decided once per process; a value
-/// other than `on`, `off` or `auto` is reported on stderr once and read as `auto`.
+/// (the all-f32 steps from 32M, and those that divide on pieces of 2M: a page ahead in Adagrad's
+/// steps under 8M and Adam's and LAMB's under 4M, half a page in Adam's and LAMB's beyond); on the
+/// other AMD CPUs measured they cost time (docs/DESIGN.md, "SIMD backends"). Decided once per
+/// process; a value other than `on`, `off` or `auto` is reported on stderr once and read as
+/// `auto`.
 pub fn software_prefetch() -> bool {
     prefetch() != Prefetch::Off
 }
@@ -251,25 +306,51 @@ pub(crate) mod checks {
         assert_eq!(prefetch_setting(Some("yes")), Err("yes".to_string()));
     }
 
-    /// Which optimizer-step pieces each setting prefetches.
+    /// Which optimizer-step pieces each setting prefetches, and how far ahead.
     pub(crate) fn step_pieces_by_setting() {
+        use Ahead::*;
         use StepBuffers::*;
-        let (large, f32_step, steps) = (LARGE_PIECE, LARGE_F32_STEP, Prefetch::LargeSteps);
+        let (large, f32_step) = (LARGE_PIECE, LARGE_F32_STEP);
+        let (two_states, one_state) = (PAGE_TWO_STATES_STEP, PAGE_ONE_STATE_STEP);
+        let steps = Prefetch::LargeSteps;
         let small = 1 << 17;
-        for buffers in [Narrow, F32TwoStates, PlainF32] {
-            assert!(Prefetch::LongRuns.step_piece(1, 1, buffers));
-            assert!(!Prefetch::Off.step_piece(f32_step, f32_step, buffers));
+        for buffers in [Narrow, F32TwoStates, F32Divides, PlainF32] {
+            assert_eq!(Prefetch::LongRuns.step_piece(1, 1, buffers), Some(Layout));
+            assert_eq!(Prefetch::Off.step_piece(f32_step, f32_step, buffers), None);
             // Zen 3's rule reads the piece, not the step.
-            assert!(!Prefetch::LargePieces.step_piece(large - 1, f32_step, buffers));
-            assert!(Prefetch::LargePieces.step_piece(large, large, buffers));
-            // Zen 5's reads the step, and for Adam's f32 steps the piece too.
-            assert!(!steps.step_piece(large - 1, large - 1, buffers));
-            assert!(steps.step_piece(small, f32_step, buffers));
+            assert_eq!(
+                Prefetch::LargePieces.step_piece(large - 1, f32_step, buffers),
+                None
+            );
+            assert_eq!(
+                Prefetch::LargePieces.step_piece(large, large, buffers),
+                Some(Layout)
+            );
+            // Zen 5's reads the step, and for the f32 steps that divide the piece too.
+            assert_eq!(steps.step_piece(large - 1, large - 1, buffers), None);
+            assert_eq!(steps.step_piece(small, f32_step, buffers), Some(Layout));
         }
-        assert!(steps.step_piece(small, large, Narrow));
-        assert!(!steps.step_piece(small, f32_step - 1, F32TwoStates));
-        assert!(steps.step_piece(large, large, F32TwoStates));
-        assert!(!steps.step_piece(large, f32_step - 1, PlainF32));
+        assert_eq!(steps.step_piece(small, large, Narrow), Some(Layout));
+        assert_eq!(steps.step_piece(one_state, one_state, Narrow), Some(Layout));
+        for (divides, page_below) in [(F32TwoStates, two_states), (F32Divides, one_state)] {
+            assert_eq!(steps.step_piece(small, f32_step - 1, divides), None);
+            assert_eq!(steps.step_piece(large, large, divides), Some(Page));
+            assert_eq!(steps.step_piece(large, page_below - 1, divides), Some(Page));
+            // Two threads' pieces of such a step are too short.
+            assert_eq!(steps.step_piece(large - 1, page_below - 1, divides), None);
+            assert_eq!(steps.step_piece(large, f32_step, divides), Some(Layout));
+        }
+        assert_eq!(
+            steps.step_piece(two_states, two_states, F32TwoStates),
+            Some(Layout)
+        );
+        assert_eq!(steps.step_piece(one_state, one_state, F32Divides), None);
+        assert_eq!(steps.step_piece(large, f32_step - 1, PlainF32), None);
+        assert_eq!(PlainF32.dividing(true), F32Divides);
+        assert_eq!(PlainF32.dividing(false), PlainF32);
+        for other in [Narrow, F32TwoStates] {
+            assert_eq!(other.dividing(true), other);
+        }
     }
 
     /// `auto` by vendor, family and model; and on this CPU, against the kernel's own reading of

@@ -535,8 +535,9 @@ struct Driver<'a, V: Simd, L: Layout<V>, O: ElementOp<V>> {
     b: &'a mut Bufs<V, L>,
     op: &'a mut O,
     c: ChunkBufs<V, L>,
-    /// Whether full chunks prefetch ([`Layout::PREFETCH_AHEAD_BYTES`] ahead).
-    prefetch: bool,
+    /// Whether full chunks prefetch, and how far ahead: [`Layout::PREFETCH_AHEAD_BYTES`], or a
+    /// page where the CPU's rule says so ([`step_prefetch`]).
+    prefetch: Option<Ahead>,
 }
 
 impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O> {
@@ -550,7 +551,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
 
     #[inline(always)]
     fn prefetching(&self) -> bool {
-        self.prefetch
+        self.prefetch.is_some()
     }
 
     /// Full chunks overlapped where [`crate::arch::Simd::OVERLAP_CHUNKS`]: each chunk's loads are issued
@@ -602,7 +603,15 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     #[inline(always)]
     unsafe fn prefetch(&mut self, off: isize) {
         unsafe {
-            let (c, ahead) = (&self.c, L::PREFETCH_AHEAD_BYTES);
+            // A constant where the layout's distance is a page already.
+            let page = L::PREFETCH_AHEAD_BYTES < PREFETCH_AHEAD_BYTES
+                && self.prefetch == Some(Ahead::Page);
+            let ahead = if page {
+                PREFETCH_AHEAD_BYTES
+            } else {
+                L::PREFETCH_AHEAD_BYTES
+            };
+            let c = &self.c;
             c.w.prefetch(off, ahead);
             c.g.prefetch(off, ahead);
             if O::READ_S[0] || O::WRITE_S[0] {
@@ -890,7 +899,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
             // and the last `finish` computes it.
             let last = end - l;
             let mut v = load_vals::<V, L, O>(&self.c, off);
-            if self.prefetch {
+            if self.prefetching() {
                 while e < last {
                     self.prefetch(off);
                     let next = load_vals::<V, L, O>(&self.c, off + V::LANES as isize);
@@ -1142,7 +1151,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                     self.compute_g::<G>(&mut cur, e, &cur_drawn);
                 }
                 while e + gl < last {
-                    if self.prefetch {
+                    if self.prefetching() {
                         unrolled!(G, i => {
                             self.prefetch(off + (i * V::LANES) as isize);
                         });
@@ -1208,8 +1217,11 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
         };
         // The length first: a short step never reads the setting (whose first read looks up the
         // environment).
-        let prefetch =
-            V::HAS_PREFETCH && n >= PREFETCH_MIN && step_prefetches(n, b.step_len, L::BUFFERS);
+        let prefetch = if V::HAS_PREFETCH && n >= PREFETCH_MIN {
+            step_prefetch(n, b.step_len, const { L::BUFFERS.dividing(O::DIVIDES) })
+        } else {
+            None
+        };
         let mut driver = Driver { b, op, c, prefetch };
         driver.arrange_bits();
         run_chunks::<V, _>(base, n, &mut driver);

@@ -8,7 +8,7 @@ use super::{
     BitsBlock, Chunk, ChunkBody, RoundingBits, SEQ_GROUPS, Stage, full_run_plain, run_chunks,
     stage_in, stage_out,
 };
-use crate::cpu::StepBuffers;
+use crate::cpu::{Ahead, StepBuffers};
 use crate::reference::round::Rounding;
 use crate::rng::{Purpose, StepContext, TensorStream, coord};
 use crate::storage::{Grads, State, Weights};
@@ -1106,13 +1106,13 @@ pub(crate) const PREFETCH_MIN: usize = 128 * 1024;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct StepLen(pub usize);
 
-/// Whether a step's piece of `n` elements (at least [`PREFETCH_MIN`]) prefetches, in a step of
-/// `step_len` with the buffers `buffers` ([`crate::cpu::Prefetch::step_piece`]; docs/DESIGN.md,
-/// "SIMD backends": on Zen 3 at 1M elements, inside its L3, prefetching cost 2–31%; on Zen 5, one
-/// thread, the all-f32 SGD and Adagrad lost 4–20% at 2M–4M, where the all-f32 Adam and AdamW
-/// gained 3–11%).
+/// Whether and how far ahead a step's piece of `n` elements (at least [`PREFETCH_MIN`])
+/// prefetches, in a step of `step_len` with the buffers `buffers`
+/// ([`crate::cpu::Prefetch::step_piece`]; docs/DESIGN.md, "SIMD backends": on Zen 3 at 1M
+/// elements, inside its L3, prefetching cost 2–31%; on Zen 5, one thread, the all-f32 SGD lost
+/// 2–20% at 2M–4M, where the all-f32 Adagrad and Adam gained 6–29% a page ahead).
 #[inline(always)]
-fn step_prefetches(n: usize, step_len: StepLen, buffers: StepBuffers) -> bool {
+fn step_prefetch(n: usize, step_len: StepLen, buffers: StepBuffers) -> Option<Ahead> {
     crate::cpu::prefetch().step_piece(n, n.max(step_len.0), buffers)
 }
 
