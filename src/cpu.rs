@@ -130,9 +130,9 @@ pub(crate) const LARGE_PIECE: usize = 2 << 20;
 pub(crate) const LARGE_F32_STEP: usize = 32 << 20;
 
 /// [`Prefetch::LargeSteps`]: an all-f32 step with two states shorter than this, in elements,
-/// prefetches its pieces of [`LARGE_PIECE`] a page ahead. On Zen 5, one thread, the f32 AdamW and
-/// LAMB took 0.75–0.85 and 0.77–0.79 of their time half a page ahead at 2M, 0.87–0.98 and
-/// 0.77–0.78 at 3M, but Adam and AdamW 1.01–1.11 at 4M.
+/// prefetches its pieces of [`LARGE_PIECE`] a page ahead. On Zen 5, one thread, a page ahead the
+/// f32 AdamW took 0.75–0.85 of its time half a page ahead at 2M and 0.87–0.98 at 3M, LAMB
+/// 0.77–0.79 and 0.77–0.78, but Adam and AdamW 1.01–1.11 at 4M.
 pub(crate) const PAGE_TWO_STATES_STEP: usize = 4 << 20;
 
 /// [`Prefetch::LargeSteps`]: an all-f32 step with one state that divides (Adagrad) shorter than
@@ -141,7 +141,8 @@ pub(crate) const PAGE_TWO_STATES_STEP: usize = 4 << 20;
 /// page ahead), 0.99 at 8M.
 pub(crate) const PAGE_ONE_STATE_STEP: usize = 8 << 20;
 
-/// An optimizer step's buffers, as far as [`Prefetch::LargeSteps`] tells them apart.
+/// An optimizer step's buffers, and for the plain f32 ones whether the update divides, as far as
+/// [`Prefetch::LargeSteps`] tells them apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StepBuffers {
     /// A buffer other than f32: split or bf16 weights, bf16 gradients or states.

@@ -47,7 +47,9 @@ pub(super) trait ElementOp<V: Simd> {
     /// NaN test ([`nan_tested`]) leaves them out.
     const CANONICAL_DRAWN_STATES: bool = false;
     /// Whether `apply` takes a correctly rounded square root and division per element, so that
-    /// in cache the divider bounds the loop (Adagrad, Adam): see `Driver::EVEN_ODD_BLOCKS`.
+    /// in cache the divider bounds the loop (Adagrad, Adam): see `Driver::EVEN_ODD_BLOCKS`; and
+    /// on Zen 5 it tells Adagrad's all-f32 step from SGD's for the prefetch rule
+    /// ([`StepBuffers::dividing`]).
     const DIVIDES: bool = false;
     /// Whether `apply` treats each lane alone, whatever element it holds: the driver may then
     /// hand it a pair of chunks in even/odd order (`Driver::EVEN_ODD`). Not LAMB's first pass,

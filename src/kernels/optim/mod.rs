@@ -842,7 +842,8 @@ trait Layout<V: Simd> {
     const ALL_F32: bool =
         Self::W::WIDE && Self::G::WIDE && Self::S0::WIDE && Self::S1::WIDE && Self::S2::WIDE;
 
-    /// What the step's buffers are, for the prefetch rule ([`StepBuffers`]).
+    /// What the step's buffers are, for the prefetch rule ([`StepBuffers`]; never
+    /// [`StepBuffers::F32Divides`], which the driver tells from the op).
     const BUFFERS: StepBuffers = if !Self::ALL_F32 {
         StepBuffers::Narrow
     } else if Self::S0::PRESENT && Self::S1::PRESENT {
