@@ -1110,8 +1110,9 @@ pub(crate) struct StepLen(pub usize);
 /// Whether and how far ahead a step's piece of `n` elements (at least [`PREFETCH_MIN`])
 /// prefetches, in a step of `step_len` with the buffers `buffers`
 /// ([`crate::cpu::Prefetch::step_piece`]; docs/DESIGN.md, "SIMD backends": on Zen 3 at 1M
-/// elements, inside its L3, prefetching cost 2–31%; on Zen 5, one thread, the all-f32 SGD lost
-/// 2–20% at 2M–4M, where the all-f32 Adagrad and Adam gained 6–29% a page ahead).
+/// elements, inside its L3, prefetching cost 2–31%; on Zen 5, one thread, at 2M–4M the all-f32
+/// SGD lost 7–27% half a page ahead and gained nothing a page ahead, where the all-f32 Adagrad and
+/// Adam gained 6–29% a page ahead).
 #[inline(always)]
 fn step_prefetch(n: usize, step_len: StepLen, buffers: StepBuffers) -> Option<Ahead> {
     crate::cpu::prefetch().step_piece(n, n.max(step_len.0), buffers)
