@@ -4,7 +4,7 @@ use super::*;
 use crate::reference::adagrad::AdagradConsts;
 use crate::tensors::AdagradTensor;
 
-struct AdagradOp<V: Simd> {
+pub(super) struct AdagradOp<V: Simd> {
     c: AdagradConsts,
     neg_clr: V::F,
     wd: V::F,

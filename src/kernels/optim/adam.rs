@@ -22,7 +22,7 @@ pub(super) unsafe fn moments<V: Simd>(
     }
 }
 
-struct AdamOp<V: Simd> {
+pub(super) struct AdamOp<V: Simd> {
     c: AdamConsts,
     omb1: V::F,
     beta2: V::F,

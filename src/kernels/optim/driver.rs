@@ -1220,7 +1220,7 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
         // The length first: a short step never reads the setting (whose first read looks up the
         // environment).
         let prefetch = if V::HAS_PREFETCH && n >= PREFETCH_MIN {
-            step_prefetch(n, b.step_len, const { L::BUFFERS.dividing(O::DIVIDES) })
+            step_prefetch(n, b.step_len, const { step_buffers::<V, L, O>() })
         } else {
             None
         };
@@ -1228,6 +1228,12 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
         driver.arrange_bits();
         run_chunks::<V, _>(base, n, &mut driver);
     }
+}
+
+/// How the prefetch rule sees a step of the layout `L` and the op `O`: the layout's buffers, and
+/// for the plain f32 ones whether the op divides ([`StepBuffers::dividing`]).
+pub(super) const fn step_buffers<V: Simd, L: Layout<V>, O: ElementOp<V>>() -> StepBuffers {
+    L::BUFFERS.dividing(O::DIVIDES)
 }
 
 /// `weight_decay != 0`, decided once per call. `black_box` keeps it a `bool`: otherwise LLVM

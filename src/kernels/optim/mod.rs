@@ -1129,7 +1129,7 @@ pub(crate) use adam::adam;
 pub(crate) use lamb::{lamb_pass1, lamb_pass2};
 pub(crate) use sgd::sgd;
 
-use driver::{ChunkBits, ElementOp, Vals, decays, drive, neg};
+use driver::{ChunkBits, ElementOp, Vals, decays, drive, neg, step_buffers};
 
 /// Checks of the layouts' constants, run by `tests/internals.rs`.
 #[cfg(feature = "fuzzing")]
@@ -1195,6 +1195,23 @@ pub(crate) mod checks {
         );
         assert_eq!(
             buffers::<Lay<R, Has<R>, Has<R>, Lacks<R>, Lacks<R>>>(),
+            Narrow
+        );
+        // With the op: of the plain f32 steps only Adagrad's divides.
+        type P = Portable;
+        type AdagradF32 = Lay<F, Has<F>, Lacks<F>, Has<F>, Lacks<F>>;
+        type SgdF32 = Lay<F, Has<F>, Has<F>, Lacks<F>, Lacks<F>>;
+        type AdamF32 = Lay<F, Has<F>, Has<F>, Has<F>, Lacks<F>>;
+        type AdagradSplit = Lay<S, Has<H>, Lacks<F>, Has<F>, Lacks<F>>;
+        assert_eq!(
+            step_buffers::<P, AdagradF32, adagrad::AdagradOp<P>>(),
+            F32Divides
+        );
+        assert_eq!(step_buffers::<P, SgdF32, sgd::SgdOp<P, true>>(), PlainF32);
+        assert_eq!(step_buffers::<P, SgdF32, sgd::SgdOp<P, false>>(), PlainF32);
+        assert_eq!(step_buffers::<P, AdamF32, adam::AdamOp<P>>(), F32TwoStates);
+        assert_eq!(
+            step_buffers::<P, AdagradSplit, adagrad::AdagradOp<P>>(),
             Narrow
         );
     }

@@ -8,7 +8,7 @@ use crate::tensors::SgdTensor;
 /// dampening, so the chunk loop carries no test of those flags (callgrind: 6 of the 33
 /// instructions of an AVX2 split-SGD chunk were the first three tests; LLVM did not unswitch the
 /// loop), and no multiplication by `one_minus_dampening`, which is then 1.
-struct SgdOp<V: Simd, const PLAIN: bool> {
+pub(super) struct SgdOp<V: Simd, const PLAIN: bool> {
     c: SgdConsts,
     neg_lr: V::F,
     momentum: V::F,
