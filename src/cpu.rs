@@ -110,9 +110,11 @@ pub(crate) enum Prefetch {
     /// f32 from [`LARGE_PIECE`] elements; an all-f32 step from [`LARGE_F32_STEP`]; an all-f32
     /// step that divides on its pieces of [`LARGE_PIECE`], a page ahead where the step is shorter
     /// than [`PAGE_TWO_STATES_STEP`] (two states) or [`PAGE_ONE_STATE_STEP`] (one), and with two
-    /// states half a page ahead beyond. Zen 5 EPYC CPUs: there a step with a narrow buffer whose
-    /// buffers outgrow the L3 gains however it is cut; the all-f32 steps that divide gain on one
-    /// thread's pieces of 2M and more, a page ahead just past the L3 (half a page ahead Adagrad's
+    /// states half a page ahead beyond; and one that divides and is shorter than
+    /// [`MID_F32_STEP_END`] on its pieces of [`MID_F32_PIECE`], half a page ahead. Zen 5 EPYC
+    /// CPUs: there a step with a narrow buffer whose buffers outgrow the L3 gains however it is
+    /// cut; the all-f32 steps that divide gain on one thread's pieces past the L2 (half a page
+    /// ahead) and of 2M and more, a page ahead just past the L3 (half a page ahead Adagrad's
     /// lost), Adam's half a page ahead beyond, neither on two threads' small pieces; SGD's f32
     /// steps lose at 2M–4M and are level at 16M.
     LargeSteps,
@@ -140,6 +142,17 @@ pub(crate) const PAGE_TWO_STATES_STEP: usize = 4 << 20;
 /// Adagrad took 0.84–0.91 of its time without prefetching at 2M–6M a page ahead (1.03–1.21 half a
 /// page ahead), 0.99 at 8M.
 pub(crate) const PAGE_ONE_STATE_STEP: usize = 8 << 20;
+
+/// [`Prefetch::LargeSteps`]: an all-f32 step that divides, shorter than [`MID_F32_STEP_END`],
+/// prefetches its pieces of this many elements or more half a page ahead: one thread's steps that
+/// outgrow the L2 (1 MiB a core) but not the L3. On Zen 5, one thread, at 256K–512K elements Adam
+/// and AdamW took 0.76–0.80 of their time without prefetching, Adagrad 0.86–0.91 and LAMB
+/// 0.90–0.94; at 128K 0.88–0.98. Two threads' pieces of such steps (under 96K) were level.
+pub(crate) const MID_F32_PIECE: usize = 128 << 10;
+
+/// [`MID_F32_PIECE`]'s window ends here, in elements: at 768K AdamW and LAMB took 1.01–1.06 of
+/// their time half a page ahead, and at 1M every all-f32 step was level with or without.
+pub(crate) const MID_F32_STEP_END: usize = 768 << 10;
 
 /// An optimizer step's buffers, and for the plain f32 ones whether the update divides, as far as
 /// [`Prefetch::LargeSteps`] tells them apart.
@@ -192,6 +205,11 @@ impl Prefetch {
             Prefetch::LargePieces => layout(n >= LARGE_PIECE),
             Prefetch::LargeSteps => match buffers {
                 StepBuffers::Narrow => layout(step_len >= LARGE_PIECE),
+                StepBuffers::F32TwoStates | StepBuffers::F32Divides
+                    if n >= MID_F32_PIECE && step_len < MID_F32_STEP_END =>
+                {
+                    Some(Ahead::Layout)
+                }
                 StepBuffers::F32TwoStates
                     if n >= LARGE_PIECE && step_len < PAGE_TWO_STATES_STEP =>
                 {
@@ -215,7 +233,8 @@ impl Prefetch {
 /// were measured to pay: on Intel CPUs for long runs, on AMD's Zen 3 for the optimizer steps' pieces
 /// of 2M elements and more, on Zen 5 EPYC CPUs for the pieces of the steps of 2M elements and more
 /// (the all-f32 steps from 32M, and those that divide on pieces of 2M: a page ahead in Adagrad's
-/// steps under 8M and Adam's and LAMB's under 4M, half a page in Adam's and LAMB's beyond); on the
+/// steps under 8M and Adam's and LAMB's under 4M, half a page in Adam's and LAMB's beyond), and
+/// half a page ahead for one thread's all-f32 steps that divide at 128K–768K elements; on the
 /// other AMD CPUs measured they cost time (docs/DESIGN.md, "SIMD backends"). Decided once per
 /// process; a value other than `on`, `off` or `auto` is reported on stderr once and read as
 /// `auto`.
@@ -347,6 +366,20 @@ pub(crate) mod checks {
         );
         assert_eq!(steps.step_piece(one_state, one_state, F32Divides), None);
         assert_eq!(steps.step_piece(large, f32_step - 1, PlainF32), None);
+        // One thread's steps past the L2: the f32 steps that divide, half a page ahead.
+        let (mid, mid_end) = (MID_F32_PIECE, MID_F32_STEP_END);
+        for divides in [F32TwoStates, F32Divides] {
+            assert_eq!(steps.step_piece(mid, mid, divides), Some(Layout));
+            assert_eq!(
+                steps.step_piece(mid_end - 1, mid_end - 1, divides),
+                Some(Layout)
+            );
+            assert_eq!(steps.step_piece(mid - 1, mid_end - 1, divides), None);
+            assert_eq!(steps.step_piece(mid, mid_end, divides), None);
+        }
+        for other in [Narrow, PlainF32] {
+            assert_eq!(steps.step_piece(mid, mid, other), None);
+        }
         assert_eq!(PlainF32.dividing(true), F32Divides);
         assert_eq!(PlainF32.dividing(false), PlainF32);
         for other in [Narrow, F32TwoStates] {
