@@ -148,7 +148,7 @@ pub(crate) const PAGE_ONE_STATE_STEP: usize = 8 << 20;
 /// outgrow the L2 (1 MiB a core) but not the L3. On Zen 5, one thread, Adam and AdamW took
 /// 0.78–0.80 of their time without prefetching at 256K elements and 0.76–0.93 at 512K, Adagrad
 /// 0.86–0.91 at 256K–704K, LAMB 0.93–0.96 at 256K–512K; at 128K 0.88–0.98. Two threads' pieces
-/// of such steps (under 96K) were level.
+/// of such steps are under 96K, where no piece prefetches (`PREFETCH_MIN`).
 pub(crate) const MID_F32_PIECE: usize = 128 << 10;
 
 /// [`MID_F32_PIECE`]'s window ends here, in elements: at 768K AdamW and LAMB took 1.01–1.06 of
