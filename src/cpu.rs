@@ -132,10 +132,17 @@ pub(crate) const LARGE_PIECE: usize = 2 << 20;
 pub(crate) const LARGE_F32_STEP: usize = 32 << 20;
 
 /// [`Prefetch::LargeSteps`]: an all-f32 step with two states shorter than this, in elements,
-/// prefetches its pieces of [`LARGE_PIECE`] a page ahead. On Zen 5, one thread, a page ahead the
+/// prefetches its pieces of [`PAGE_ADAM_PIECE`] (Adam) or [`LARGE_PIECE`] (LAMB) a page ahead. On Zen 5, one thread, a page ahead the
 /// f32 AdamW took 0.75–0.85 of its time half a page ahead at 2M and 0.87–0.98 at 3M, LAMB
 /// 0.77–0.79 and 0.77–0.78, but Adam and AdamW 1.01–1.11 at 4M.
 pub(crate) const PAGE_TWO_STATES_STEP: usize = 4 << 20;
+
+/// [`Prefetch::LargeSteps`]: Adam's and AdamW's all-f32 steps shorter than
+/// [`PAGE_TWO_STATES_STEP`] prefetch their pieces of this many elements or more a page ahead (LAMB's
+/// passes from [`LARGE_PIECE`]). On Zen 5, one thread, a page ahead Adam and AdamW took 0.96–0.98 of
+/// their time without prefetching at 1M, 0.86–0.96 at 1.06M–1.19M and 0.79–0.83 at 1.38M–1.75M,
+/// where LAMB took 1.06–1.09 at 1.13M–1.31M.
+pub(crate) const PAGE_ADAM_PIECE: usize = 1 << 20;
 
 /// [`Prefetch::LargeSteps`]: an all-f32 step with one state that divides (Adagrad) shorter than
 /// this, in elements, prefetches its pieces of [`LARGE_PIECE`] a page ahead. On Zen 5, one thread,
@@ -161,8 +168,13 @@ pub(crate) const MID_F32_STEP_END: usize = 768 << 10;
 pub(crate) enum StepBuffers {
     /// A buffer other than f32: split or bf16 weights, bf16 gradients or states.
     Narrow,
-    /// Every buffer f32, with two states or more: Adam, AdamW, LAMB's first pass.
+    /// Every buffer f32, with two states or more, in a pass that reads gradients and writes the
+    /// weights: Adam, AdamW.
     F32TwoStates,
+    /// Every buffer f32, with two states, in a pass that reads no gradients or leaves the weights
+    /// unwritten: LAMB's first pass (the weights read, the moments and norms computed) and its
+    /// second from the moments (no gradients).
+    F32LambPass,
     /// Every buffer f32, with one state at most, in an update that divides: Adagrad.
     F32Divides,
     /// Every buffer f32, with one state at most, in an update that does not divide: SGD, LAMB's
@@ -171,11 +183,14 @@ pub(crate) enum StepBuffers {
 }
 
 impl StepBuffers {
-    /// A layout's buffers ([`StepBuffers::PlainF32`] at most) in an update that divides where
-    /// `divides`: all f32 with one state at most are then [`StepBuffers::F32Divides`].
-    pub(crate) const fn dividing(self, divides: bool) -> Self {
+    /// A layout's buffers ([`StepBuffers::Narrow`], [`StepBuffers::F32TwoStates`] or
+    /// [`StepBuffers::PlainF32`]) in a pass that divides where `divides` and that reads gradients
+    /// and writes the weights where `updates`: all f32 with one state at most and dividing are
+    /// [`StepBuffers::F32Divides`], with two states and not updating [`StepBuffers::F32LambPass`].
+    pub(crate) const fn of_op(self, divides: bool, updates: bool) -> Self {
         match self {
             StepBuffers::PlainF32 if divides => StepBuffers::F32Divides,
+            StepBuffers::F32TwoStates if !updates => StepBuffers::F32LambPass,
             other => other,
         }
     }
@@ -206,20 +221,25 @@ impl Prefetch {
             Prefetch::LargePieces => layout(n >= LARGE_PIECE),
             Prefetch::LargeSteps => match buffers {
                 StepBuffers::Narrow => layout(step_len >= LARGE_PIECE),
-                StepBuffers::F32TwoStates | StepBuffers::F32Divides
+                StepBuffers::F32TwoStates | StepBuffers::F32LambPass | StepBuffers::F32Divides
                     if n >= MID_F32_PIECE && step_len < MID_F32_STEP_END =>
                 {
                     Some(Ahead::Layout)
                 }
                 StepBuffers::F32TwoStates
-                    if n >= LARGE_PIECE && step_len < PAGE_TWO_STATES_STEP =>
+                    if n >= PAGE_ADAM_PIECE && step_len < PAGE_TWO_STATES_STEP =>
                 {
+                    Some(Ahead::Page)
+                }
+                StepBuffers::F32LambPass if n >= LARGE_PIECE && step_len < PAGE_TWO_STATES_STEP => {
                     Some(Ahead::Page)
                 }
                 StepBuffers::F32Divides if n >= LARGE_PIECE && step_len < PAGE_ONE_STATE_STEP => {
                     Some(Ahead::Page)
                 }
-                StepBuffers::F32TwoStates => layout(n >= LARGE_PIECE || step_len >= LARGE_F32_STEP),
+                StepBuffers::F32TwoStates | StepBuffers::F32LambPass => {
+                    layout(n >= LARGE_PIECE || step_len >= LARGE_F32_STEP)
+                }
                 StepBuffers::F32Divides | StepBuffers::PlainF32 => {
                     layout(step_len >= LARGE_F32_STEP)
                 }
@@ -335,7 +355,7 @@ pub(crate) mod checks {
         let (two_states, one_state) = (PAGE_TWO_STATES_STEP, PAGE_ONE_STATE_STEP);
         let steps = Prefetch::LargeSteps;
         let small = 1 << 17;
-        for buffers in [Narrow, F32TwoStates, F32Divides, PlainF32] {
+        for buffers in [Narrow, F32TwoStates, F32LambPass, F32Divides, PlainF32] {
             assert_eq!(Prefetch::LongRuns.step_piece(1, 1, buffers), Some(Layout));
             assert_eq!(Prefetch::Off.step_piece(f32_step, f32_step, buffers), None);
             // Zen 3's rule reads the piece, not the step.
@@ -348,28 +368,41 @@ pub(crate) mod checks {
                 Some(Layout)
             );
             // Zen 5's reads the step, and for the f32 steps that divide the piece too.
-            assert_eq!(steps.step_piece(large - 1, large - 1, buffers), None);
             assert_eq!(steps.step_piece(small, f32_step, buffers), Some(Layout));
+        }
+        for buffers in [Narrow, F32LambPass, F32Divides, PlainF32] {
+            assert_eq!(steps.step_piece(large - 1, large - 1, buffers), None);
         }
         assert_eq!(steps.step_piece(small, large, Narrow), Some(Layout));
         assert_eq!(steps.step_piece(one_state, one_state, Narrow), Some(Layout));
-        for (divides, page_below) in [(F32TwoStates, two_states), (F32Divides, one_state)] {
+        let adam = PAGE_ADAM_PIECE;
+        for (divides, page_from, page_below) in [
+            (F32TwoStates, adam, two_states),
+            (F32LambPass, large, two_states),
+            (F32Divides, large, one_state),
+        ] {
             assert_eq!(steps.step_piece(small, f32_step - 1, divides), None);
-            assert_eq!(steps.step_piece(large, large, divides), Some(Page));
-            assert_eq!(steps.step_piece(large, page_below - 1, divides), Some(Page));
+            assert_eq!(steps.step_piece(page_from, page_from, divides), Some(Page));
+            assert_eq!(
+                steps.step_piece(page_from, page_below - 1, divides),
+                Some(Page)
+            );
             // Two threads' pieces of such a step are too short.
-            assert_eq!(steps.step_piece(large - 1, page_below - 1, divides), None);
-            assert_eq!(steps.step_piece(large, f32_step, divides), Some(Layout));
+            assert_eq!(
+                steps.step_piece(page_from - 1, page_below - 1, divides),
+                None
+            );
+            assert_eq!(steps.step_piece(page_from, f32_step, divides), Some(Layout));
         }
-        assert_eq!(
-            steps.step_piece(two_states, two_states, F32TwoStates),
-            Some(Layout)
-        );
+        for two in [F32TwoStates, F32LambPass] {
+            assert_eq!(steps.step_piece(two_states, two_states, two), Some(Layout));
+        }
+        assert_eq!(steps.step_piece(adam - 1, adam - 1, F32TwoStates), None);
         assert_eq!(steps.step_piece(one_state, one_state, F32Divides), None);
         assert_eq!(steps.step_piece(large, f32_step - 1, PlainF32), None);
         // One thread's steps past the L2: the f32 steps that divide, half a page ahead.
         let (mid, mid_end) = (MID_F32_PIECE, MID_F32_STEP_END);
-        for divides in [F32TwoStates, F32Divides] {
+        for divides in [F32TwoStates, F32LambPass, F32Divides] {
             assert_eq!(steps.step_piece(mid, mid, divides), Some(Layout));
             assert_eq!(
                 steps.step_piece(mid_end - 1, mid_end - 1, divides),
@@ -381,11 +414,13 @@ pub(crate) mod checks {
         for other in [Narrow, PlainF32] {
             assert_eq!(steps.step_piece(mid, mid, other), None);
         }
-        assert_eq!(PlainF32.dividing(true), F32Divides);
-        assert_eq!(PlainF32.dividing(false), PlainF32);
-        for other in [Narrow, F32TwoStates] {
-            assert_eq!(other.dividing(true), other);
+        for updates in [false, true] {
+            assert_eq!(PlainF32.of_op(true, updates), F32Divides);
+            assert_eq!(PlainF32.of_op(false, updates), PlainF32);
+            assert_eq!(Narrow.of_op(true, updates), Narrow);
         }
+        assert_eq!(F32TwoStates.of_op(true, true), F32TwoStates);
+        assert_eq!(F32TwoStates.of_op(false, false), F32LambPass);
     }
 
     /// `auto` by vendor, family and model; and on this CPU, against the kernel's own reading of

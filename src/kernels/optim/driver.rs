@@ -49,7 +49,7 @@ pub(super) trait ElementOp<V: Simd> {
     /// Whether `apply` takes a correctly rounded square root and division per element, so that
     /// in cache the divider bounds the loop (Adagrad, Adam): see `Driver::EVEN_ODD_BLOCKS`; and
     /// on Zen 5 it tells Adagrad's all-f32 step from SGD's for the prefetch rule
-    /// ([`StepBuffers::dividing`]).
+    /// ([`StepBuffers::of_op`]).
     const DIVIDES: bool = false;
     /// Whether `apply` treats each lane alone, whatever element it holds: the driver may then
     /// hand it a pair of chunks in even/odd order (`Driver::EVEN_ODD`). Not LAMB's first pass,
@@ -1230,10 +1230,11 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
     }
 }
 
-/// How the prefetch rule sees a step of the layout `L` and the op `O`: the layout's buffers, and
-/// for the plain f32 ones whether the op divides ([`StepBuffers::dividing`]).
+/// How the prefetch rule sees a step of the layout `L` and the op `O`: the layout's buffers, for
+/// the plain f32 ones whether the op divides, and for those with two states whether it reads
+/// gradients and writes the weights ([`StepBuffers::of_op`]).
 pub(super) const fn step_buffers<V: Simd, L: Layout<V>, O: ElementOp<V>>() -> StepBuffers {
-    L::BUFFERS.dividing(O::DIVIDES)
+    L::BUFFERS.of_op(O::DIVIDES, O::WRITE_W && <L::G as Access<V>>::PRESENT)
 }
 
 /// `weight_decay != 0`, decided once per call. `black_box` keeps it a `bool`: otherwise LLVM

@@ -153,7 +153,7 @@ impl<V: Simd> BlockNorms<V> {
 
 /// Pass 1: moments, and the norms of p and of u computed from the moments as stored; with
 /// `KEEP`, u also goes to state slot 2 (the workspace's directions) for pass 2.
-struct LambPass1<V: Simd, const KEEP: bool> {
+pub(super) struct LambPass1<V: Simd, const KEEP: bool> {
     k: LambV<V>,
     omb1: V::F,
     beta2: V::F,
@@ -258,7 +258,7 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
 /// Pass 2: the weights, with u recomputed from the same stored moments, or with `KEPT` read
 /// from state slot 0 where pass 1 kept it (the same value, without a second divide and square
 /// root per element).
-struct LambPass2<V: Simd, const KEPT: bool> {
+pub(super) struct LambPass2<V: Simd, const KEPT: bool> {
     k: LambV<V>,
     neg_lr_ratio: V::F,
 }

@@ -1210,6 +1210,17 @@ pub(crate) mod checks {
         assert_eq!(step_buffers::<P, SgdF32, sgd::SgdOp<P, true>>(), PlainF32);
         assert_eq!(step_buffers::<P, SgdF32, sgd::SgdOp<P, false>>(), PlainF32);
         assert_eq!(step_buffers::<P, AdamF32, adam::AdamOp<P>>(), F32TwoStates);
+        // LAMB's first pass reads the weights; its second from the moments reads no gradients.
+        type LambPass1F32 = Lay<F, Has<F>, Has<F>, Has<F>, Kept<F>>;
+        type LambPass2F32 = Lay<F, Lacks<F>, Has<F>, Has<F>, Lacks<F>>;
+        assert_eq!(
+            step_buffers::<P, LambPass1F32, lamb::LambPass1<P, true>>(),
+            F32LambPass
+        );
+        assert_eq!(
+            step_buffers::<P, LambPass2F32, lamb::LambPass2<P, false>>(),
+            F32LambPass
+        );
         assert_eq!(
             step_buffers::<P, AdagradSplit, adagrad::AdagradOp<P>>(),
             Narrow
