@@ -106,17 +106,17 @@ pub(crate) enum Prefetch {
     /// where prefetching pays out of the L3 and costs inside it.
     LargePieces,
     /// On the pieces of the large optimizer steps, by the whole step's length (a group's, across
-    /// tensors and threads) and its buffers ([`StepBuffers`]): a step with a buffer other than
-    /// f32 from [`LARGE_PIECE`] elements; an all-f32 step from [`LARGE_F32_STEP`]; an all-f32
-    /// step that divides on its pieces of [`LARGE_PIECE`], a page ahead where the step is shorter
-    /// than [`PAGE_TWO_STATES_STEP`] (two states) or [`PAGE_ONE_STATE_STEP`] (one), and with two
-    /// states half a page ahead beyond; and one that divides and is shorter than
-    /// [`MID_F32_STEP_END`] on its pieces of [`MID_F32_PIECE`], half a page ahead. Zen 5 EPYC
+    /// tensors and threads) and its buffers ([`StepBuffers`]): a step with a buffer other than f32
+    /// from [`LARGE_PIECE`] elements; an all-f32 step from [`LARGE_F32_STEP`]; an all-f32 step that
+    /// divides on its pieces of [`LARGE_PIECE`] (Adam's of [`PAGE_ADAM_PIECE`]), a page ahead where
+    /// the step is shorter than [`PAGE_TWO_STATES_STEP`] (two states) or [`PAGE_ONE_STATE_STEP`]
+    /// (one), and with two states half a page ahead beyond; and one that divides and is shorter
+    /// than [`MID_F32_STEP_END`] on its pieces of [`MID_F32_PIECE`], half a page ahead. Zen 5 EPYC
     /// CPUs: there a step with a narrow buffer whose buffers outgrow the L3 gains however it is
     /// cut; the all-f32 steps that divide gain on one thread's pieces past the L2 (half a page
-    /// ahead) and of 2M and more, a page ahead just past the L3 (half a page ahead Adagrad's
-    /// lost), Adam's half a page ahead beyond, neither on two threads' small pieces; SGD's f32
-    /// steps lose at 2M–4M and are level at 16M.
+    /// ahead) and of 2M and more, a page ahead just past the L3 (half a page ahead Adagrad's lost),
+    /// Adam's half a page ahead beyond, neither on two threads' small pieces; SGD's f32 steps lose
+    /// at 2M–4M and are level at 16M.
     LargeSteps,
     /// On the optimizer steps' and the conversions' long runs: Intel CPUs, or
     /// `HALFSTEP_PREFETCH=on`.
@@ -132,9 +132,9 @@ pub(crate) const LARGE_PIECE: usize = 2 << 20;
 pub(crate) const LARGE_F32_STEP: usize = 32 << 20;
 
 /// [`Prefetch::LargeSteps`]: an all-f32 step with two states shorter than this, in elements,
-/// prefetches its pieces of [`PAGE_ADAM_PIECE`] (Adam) or [`LARGE_PIECE`] (LAMB) a page ahead. On Zen 5, one thread, a page ahead the
-/// f32 AdamW took 0.75–0.85 of its time half a page ahead at 2M and 0.87–0.98 at 3M, LAMB
-/// 0.77–0.79 and 0.77–0.78, but Adam and AdamW 1.01–1.11 at 4M.
+/// prefetches its pieces of [`PAGE_ADAM_PIECE`] (Adam) or [`LARGE_PIECE`] (LAMB) a page ahead. On
+/// Zen 5, one thread, a page ahead the f32 AdamW took 0.75–0.85 of its time half a page ahead at
+/// 2M and 0.87–0.98 at 3M, LAMB 0.77–0.79 and 0.77–0.78, but Adam and AdamW 1.01–1.11 at 4M.
 pub(crate) const PAGE_TWO_STATES_STEP: usize = 4 << 20;
 
 /// [`Prefetch::LargeSteps`]: Adam's and AdamW's all-f32 steps shorter than
@@ -251,14 +251,14 @@ impl Prefetch {
 
 /// Whether the x86 backends issue software prefetches at all (optimizer steps, stochastic
 /// conversions; a hint that never changes a bit). `auto` (the default) turns them on where they
-/// were measured to pay: on Intel CPUs for long runs, on AMD's Zen 3 for the optimizer steps' pieces
-/// of 2M elements and more, on Zen 5 EPYC CPUs for the pieces of the steps of 2M elements and more
-/// (the all-f32 steps from 32M, and those that divide on pieces of 2M: a page ahead in Adagrad's
-/// steps under 8M and Adam's and LAMB's under 4M, half a page in Adam's and LAMB's beyond), and
-/// half a page ahead for one thread's all-f32 steps that divide at 128K–768K elements; on the
-/// other AMD CPUs measured they cost time (docs/DESIGN.md, "SIMD backends"). Decided once per
-/// process; a value other than `on`, `off` or `auto` is reported on stderr once and read as
-/// `auto`.
+/// were measured to pay: on Intel CPUs for long runs, on AMD's Zen 3 for the optimizer steps'
+/// pieces of 2M elements and more, on Zen 5 EPYC CPUs for the pieces of the steps of 2M elements
+/// and more (the all-f32 steps from 32M, and those that divide on pieces of 2M, Adam's of 1M: a
+/// page ahead in Adagrad's steps under 8M and Adam's and LAMB's under 4M, half a page in Adam's and
+/// LAMB's beyond), and half a page ahead for one thread's all-f32 steps that divide at 128K–768K
+/// elements; on the other AMD CPUs measured they cost time (docs/DESIGN.md, "SIMD backends").
+/// Decided once per process; a value other than `on`, `off` or `auto` is reported on stderr once
+/// and read as `auto`.
 pub fn software_prefetch() -> bool {
     prefetch() != Prefetch::Off
 }
