@@ -1,9 +1,9 @@
 //! Times one of halfstep's optimizer steps the way `tools/peers_side_by_side.py` times the peers:
 //! the median over 5 batches of repeated steps, in ns per parameter. Storage as the peer rows:
 //! split weights + bf16 grads + f32 state (IPEX's rows: `sgd`, `adagrad`, `adam`, `lamb`), or all f32
-//! (PyTorch's fused CPU rows: `sgd_f32`, `adagrad_f32`, `adam_f32`, `adamw_f32`; and `lamb_f32`,
-//! which no peer has); `lamb_bf16sr`: LAMB's split weights and bf16 grads with bf16 moments rounded
-//! stochastically.
+//! (PyTorch's fused CPU rows: `sgd_f32`, `adagrad_f32`, `adam_f32`, `adamw_f32`; and `amsgrad_f32`,
+//! AdamW with AMSGrad's maximum, and `lamb_f32`, which no peer has); `lamb_bf16sr`: LAMB's split
+//! weights and bf16 grads with bf16 moments rounded stochastically.
 //!
 //! `cargo run --release --example step_timer -- <kernel> <elements> <threads> [grain]`
 //! (`STEP_TIMER_HANDOFF=1`: the steps are handed to a pool the timing thread is not in).
@@ -31,7 +31,7 @@ use placed_buffers::{FIRST_MOMENT, Placed, SECOND_MOMENT, TRAIL};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: step_timer <sgd|adagrad|adam|lamb|lamb_bf16sr|sgd_f32|adagrad_f32|adam_f32|adamw_f32|lamb_f32> \
+    let usage = "usage: step_timer <sgd|adagrad|adam|lamb|lamb_bf16sr|sgd_f32|adagrad_f32|adam_f32|adamw_f32|amsgrad_f32|lamb_f32> \
                  <elements> <threads> [grain]";
     let kernel = args.get(1).expect(usage).as_str();
     let n: usize = args.get(2).expect(usage).parse().expect(usage);
@@ -100,6 +100,9 @@ fn main() {
         }
     };
     let (mut s0, mut s1) = (state(2), state(3));
+    // AMSGrad's maximum for `amsgrad_f32` only, at the trails' offset (unused by f32 rows).
+    let n2 = if kernel == "amsgrad_f32" { n } else { 0 };
+    let mut s2 = placed_from(&w32, 0f32, n2, at(4));
     // bf16 moments for `lamb_bf16sr` only (empty otherwise, so the other rows' memory is as it was).
     let nh = if kernel == "lamb_bf16sr" { n } else { 0 };
     let (mut h0, mut h1) = (
@@ -155,12 +158,14 @@ fn main() {
             }];
             e.step_group(&cfg, &ctx, &mut t, &mut (), &th).unwrap();
         }
-        "adam" | "adam_f32" | "adamw_f32" => {
+        "adam" | "adam_f32" | "adamw_f32" | "amsgrad_f32" => {
             // IPEX's adam_fused_step and PyTorch's _fused_adamw_ decouple the decay; the
             // `adam_f32` row is PyTorch's _fused_adam_, which adds it to the gradient.
+            let amsgrad = kernel == "amsgrad_f32";
             let cfg = AdamConfig {
                 weight_decay: 1e-2,
                 decoupled_weight_decay: kernel != "adam_f32",
+                amsgrad,
                 ..AdamConfig::adam(1e-2)
             };
             let mut t = [AdamTensor {
@@ -168,7 +173,7 @@ fn main() {
                 grads: grads(f32_row, g32, g16),
                 exp_avg: State::F32(&mut s0),
                 exp_avg_sq: State::F32(&mut s1),
-                max_exp_avg_sq: None,
+                max_exp_avg_sq: amsgrad.then(|| State::F32(&mut s2)),
                 stream,
             }];
             e.step_group(&cfg, &ctx, &mut t, &mut (), &th).unwrap();

@@ -140,8 +140,9 @@ pub(crate) const PAGE_TWO_STATES_STEP: usize = 4 << 20;
 /// [`Prefetch::LargeSteps`]: Adam's and AdamW's all-f32 steps shorter than
 /// [`PAGE_TWO_STATES_STEP`] prefetch their pieces of this many elements or more a page ahead (LAMB's
 /// passes from [`LARGE_PIECE`]). On Zen 5, one thread, a page ahead Adam and AdamW took 0.98–1.00 of
-/// their time without prefetching at 1M, 0.86–0.96 at 1.06M–1.19M and 0.79–0.83 at 1.38M–1.75M,
-/// where LAMB took 1.06–1.09 at 1.13M–1.31M.
+/// their time without prefetching at 1M, 0.86–0.96 at 1.06M–1.19M and 0.79–0.83 at 1.38M–1.75M
+/// (AdamW with AMSGrad's maximum 0.85–0.97 at 1M–1.75M), where LAMB took 1.06–1.09 at
+/// 1.13M–1.31M.
 pub(crate) const PAGE_ADAM_PIECE: usize = 1 << 20;
 
 /// [`Prefetch::LargeSteps`]: an all-f32 step with one state that divides (Adagrad) shorter than
