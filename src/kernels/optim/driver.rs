@@ -605,14 +605,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
     #[inline(always)]
     unsafe fn prefetch(&mut self, off: isize) {
         unsafe {
-            // A constant where the layout's distance is a page already.
-            let page = L::PREFETCH_AHEAD_BYTES < PREFETCH_AHEAD_BYTES
-                && self.prefetch == Some(Ahead::Page);
-            let ahead = if page {
-                PREFETCH_AHEAD_BYTES
-            } else {
-                L::PREFETCH_AHEAD_BYTES
-            };
+            let ahead = prefetch_ahead_bytes(L::PREFETCH_AHEAD_BYTES, self.prefetch);
             let c = &self.c;
             c.w.prefetch(off, ahead);
             c.g.prefetch(off, ahead);

@@ -843,7 +843,8 @@ trait Layout<V: Simd> {
         Self::W::WIDE && Self::G::WIDE && Self::S0::WIDE && Self::S1::WIDE && Self::S2::WIDE;
 
     /// What the step's buffers are, for the prefetch rule ([`StepBuffers`]; never
-    /// [`StepBuffers::F32Divides`], which the driver tells from the op).
+    /// [`StepBuffers::F32Divides`] or [`StepBuffers::F32LambPass`], which the driver tells from
+    /// the op).
     const BUFFERS: StepBuffers = if !Self::ALL_F32 {
         StepBuffers::Narrow
     } else if Self::S0::PRESENT && Self::S1::PRESENT {
@@ -1087,6 +1088,18 @@ const PREFETCH_AHEAD_BYTES: usize = 4096;
 /// that layout and worse for the ones with 16-bit buffers.
 const PREFETCH_AHEAD_BYTES_F32: usize = 2048;
 
+/// How far ahead a prefetching chunk of a layout whose own distance is `layout` bytes prefetches
+/// under the rule's `ahead`: a page where the rule says so, else the layout's distance. A constant
+/// where the layout's distance is a page already (`ahead` is then not read).
+#[inline(always)]
+const fn prefetch_ahead_bytes(layout: usize, ahead: Option<Ahead>) -> usize {
+    if layout < PREFETCH_AHEAD_BYTES && matches!(ahead, Some(Ahead::Page)) {
+        PREFETCH_AHEAD_BYTES
+    } else {
+        layout
+    }
+}
+
 /// Prefetches the line `bytes` past element `off` of `p` (which may lie past the buffer: a
 /// prefetch is a hint and never faults).
 #[inline(always)]
@@ -1225,5 +1238,15 @@ pub(crate) mod checks {
             step_buffers::<P, AdagradSplit, adagrad::AdagradOp<P>>(),
             Narrow
         );
+        // The distance a prefetching chunk takes: half a page for the all-f32 layouts unless the
+        // rule says a page; a page for the others either way.
+        let f32_bytes = <AdamF32 as Layout<P>>::PREFETCH_AHEAD_BYTES;
+        let narrow_bytes = <AdagradSplit as Layout<P>>::PREFETCH_AHEAD_BYTES;
+        assert_eq!((f32_bytes, narrow_bytes), (2048, 4096));
+        assert_eq!(prefetch_ahead_bytes(f32_bytes, Some(Ahead::Layout)), 2048);
+        assert_eq!(prefetch_ahead_bytes(f32_bytes, Some(Ahead::Page)), 4096);
+        for ahead in [Some(Ahead::Layout), Some(Ahead::Page)] {
+            assert_eq!(prefetch_ahead_bytes(narrow_bytes, ahead), 4096);
+        }
     }
 }
