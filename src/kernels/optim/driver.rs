@@ -1121,9 +1121,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
             let (l, gl) = (V::LANES as u64, (G * V::LANES) as u64);
             let last = e + (end - e) / gl * gl;
             if last - e >= 2 * gl {
-                // In order, each group is computed before the previous one is stored: the next
-                // divisions reach the divider ahead of the rounds and stores (Zen 4: 2-4% off the
-                // bf16-SR states steps, docs/DESIGN.md).
+                // In order, an op that divides computes each group before storing the previous
+                // one: the next divisions reach the divider ahead of the rounds and stores (Zen 4:
+                // 2-4% off the bf16-SR states steps, docs/DESIGN.md). Any other op stores first,
+                // so that no group's values are live across the next one's and LLVM copies none
+                // at the loop's end (Zen 5: SGD with bf16-SR states 0.93-0.96x the time).
                 let mut draw = if const { IN_ORDER } {
                     Some(self.begin_pairs(e))
                 } else {
@@ -1158,11 +1160,17 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                             // The bits of the group two on.
                             let drawn = self.draw_pairs(d);
                             d.advance();
-                            let mut next = self.load_g::<G>(off + gl as isize);
-                            self.compute_g::<G>(&mut next, e + gl, &next_drawn);
-                            self.store_g::<G>(cur, off, e, cur_drawn);
+                            if const { O::DIVIDES } {
+                                let mut next = self.load_g::<G>(off + gl as isize);
+                                self.compute_g::<G>(&mut next, e + gl, &next_drawn);
+                                self.store_g::<G>(cur, off, e, cur_drawn);
+                                cur = next;
+                            } else {
+                                self.store_g::<G>(cur, off, e, cur_drawn);
+                                cur = self.load_g::<G>(off + gl as isize);
+                                self.compute_g::<G>(&mut cur, e + gl, &next_drawn);
+                            }
                             (cur_drawn, next_drawn) = (next_drawn, drawn);
-                            cur = next;
                         }
                     } else if V::OVERLAP_CHUNKS {
                         // The next group's loads before this group's stores.
