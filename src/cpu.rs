@@ -111,12 +111,14 @@ pub(crate) enum Prefetch {
     /// divides on its pieces of [`LARGE_PIECE`] (Adam's of [`PAGE_ADAM_PIECE`]), a page ahead where
     /// the step is shorter than [`PAGE_TWO_STATES_STEP`] (two states) or [`PAGE_ONE_STATE_STEP`]
     /// (one), and with two states half a page ahead beyond; and one that divides and is shorter
-    /// than [`MID_F32_STEP_END`] on its pieces of [`MID_F32_PIECE`], half a page ahead. Zen 5 EPYC
-    /// CPUs: there a step with a narrow buffer whose buffers outgrow the L3 gains however it is
-    /// cut; the all-f32 steps that divide gain on one thread's pieces past the L2 (half a page
-    /// ahead) and of 2M and more, a page ahead just past the L3 (half a page ahead Adagrad's lost),
-    /// Adam's half a page ahead beyond, neither on two threads' small pieces; SGD's f32 steps lose
-    /// at 2M–4M and are level at 16M.
+    /// than [`MID_F32_STEP_END`] on its pieces of [`MID_F32_PIECE`], half a page ahead; and a
+    /// narrow step with one f32 state that divides and is shorter than [`NARROW_DIVIDES_STEP_END`]
+    /// on its pieces of [`NARROW_DIVIDES_PIECE`]. Zen 5 EPYC CPUs: there a step with a narrow
+    /// buffer whose buffers outgrow the L3 gains however it is cut, and split Adagrad on one
+    /// thread's pieces past the L2; the all-f32 steps that divide gain on one thread's pieces past
+    /// the L2 (half a page ahead) and of 2M and more, a page ahead just past the L3 (half a page
+    /// ahead Adagrad's lost), Adam's half a page ahead beyond, neither on two threads' small
+    /// pieces; SGD's f32 steps lose at 2M–4M and are level at 16M.
     LargeSteps,
     /// On the optimizer steps' and the conversions' long runs: Intel CPUs, or
     /// `HALFSTEP_PREFETCH=on`.
@@ -163,12 +165,33 @@ pub(crate) const MID_F32_PIECE: usize = 128 << 10;
 /// their time half a page ahead, and at 1M every all-f32 step was level with or without.
 pub(crate) const MID_F32_STEP_END: usize = 768 << 10;
 
+/// [`Prefetch::LargeSteps`]: a step with narrow weights or gradients and one f32 state that
+/// divides (split Adagrad, and Adagrad's bf16-SR weights), shorter than [`NARROW_DIVIDES_STEP_END`],
+/// prefetches its pieces of this many elements or more a page ahead (the narrow layouts'
+/// distance): one thread's steps past the L2. On Zen 5, one thread, bf16 gradients, split Adagrad
+/// took 0.88–0.99 of its time without prefetching at 512K–1.38M elements (1.00 at 256K), the
+/// bf16-SR weights 0.92–1.02 (1.04 at 256K); the bf16-SR sum lost 2–4%, and so is not in the
+/// class. Through the package at 1M (three calls of each build): 0.140–0.149 → 0.137–0.138 ns
+/// per parameter.
+pub(crate) const NARROW_DIVIDES_PIECE: usize = 512 << 10;
+
+/// [`NARROW_DIVIDES_PIECE`]'s window ends here, in elements: at 1.5M split Adagrad took 1.01–1.06
+/// of its time a page ahead, and from [`LARGE_PIECE`] every narrow step prefetches.
+pub(crate) const NARROW_DIVIDES_STEP_END: usize = 3 << 19;
+
 /// An optimizer step's buffers, and for the plain f32 ones whether the update divides, as far as
 /// [`Prefetch::LargeSteps`] tells them apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StepBuffers {
     /// A buffer other than f32: split or bf16 weights, bf16 gradients or states.
     Narrow,
+    /// As the layout gives it: split or bf16 weights, or bf16 gradients, with one state, f32
+    /// (split Adagrad, SGD's split step with momentum). [`StepBuffers::of_op`] makes it
+    /// [`StepBuffers::NarrowDivides`] or [`StepBuffers::Narrow`].
+    NarrowOneState,
+    /// Split or bf16 weights, or bf16 gradients, with one f32 state, in an update that divides:
+    /// Adagrad.
+    NarrowDivides,
     /// Every buffer f32, with two states or more, in a pass that reads gradients and writes the
     /// weights: Adam, AdamW.
     F32TwoStates,
@@ -184,14 +207,18 @@ pub(crate) enum StepBuffers {
 }
 
 impl StepBuffers {
-    /// A layout's buffers ([`StepBuffers::Narrow`], [`StepBuffers::F32TwoStates`] or
-    /// [`StepBuffers::PlainF32`]) in a pass that divides where `divides` and that reads gradients
-    /// and writes the weights where `updates`: all f32 with one state at most and dividing are
-    /// [`StepBuffers::F32Divides`], with two states and not updating [`StepBuffers::F32LambPass`].
+    /// A layout's buffers ([`StepBuffers::Narrow`], [`StepBuffers::NarrowOneState`],
+    /// [`StepBuffers::F32TwoStates`] or [`StepBuffers::PlainF32`]) in a pass that divides where
+    /// `divides` and that reads gradients and writes the weights where `updates`: all f32 with
+    /// one state at most and dividing are [`StepBuffers::F32Divides`], with two states and not
+    /// updating [`StepBuffers::F32LambPass`]; narrow with one f32 state and dividing are
+    /// [`StepBuffers::NarrowDivides`], else [`StepBuffers::Narrow`].
     pub(crate) const fn of_op(self, divides: bool, updates: bool) -> Self {
         match self {
             StepBuffers::PlainF32 if divides => StepBuffers::F32Divides,
             StepBuffers::F32TwoStates if !updates => StepBuffers::F32LambPass,
+            StepBuffers::NarrowOneState if divides => StepBuffers::NarrowDivides,
+            StepBuffers::NarrowOneState => StepBuffers::Narrow,
             other => other,
         }
     }
@@ -221,7 +248,14 @@ impl Prefetch {
             Prefetch::LongRuns => Some(Ahead::Layout),
             Prefetch::LargePieces => layout(n >= LARGE_PIECE),
             Prefetch::LargeSteps => match buffers {
-                StepBuffers::Narrow => layout(step_len >= LARGE_PIECE),
+                StepBuffers::NarrowDivides
+                    if n >= NARROW_DIVIDES_PIECE && step_len < NARROW_DIVIDES_STEP_END =>
+                {
+                    Some(Ahead::Layout)
+                }
+                StepBuffers::Narrow | StepBuffers::NarrowOneState | StepBuffers::NarrowDivides => {
+                    layout(step_len >= LARGE_PIECE)
+                }
                 StepBuffers::F32TwoStates | StepBuffers::F32LambPass | StepBuffers::F32Divides
                     if n >= MID_F32_PIECE && step_len < MID_F32_STEP_END =>
                 {
@@ -356,7 +390,16 @@ pub(crate) mod checks {
         let (two_states, one_state) = (PAGE_TWO_STATES_STEP, PAGE_ONE_STATE_STEP);
         let steps = Prefetch::LargeSteps;
         let small = 1 << 17;
-        for buffers in [Narrow, F32TwoStates, F32LambPass, F32Divides, PlainF32] {
+        let all = [
+            Narrow,
+            NarrowOneState,
+            NarrowDivides,
+            F32TwoStates,
+            F32LambPass,
+            F32Divides,
+            PlainF32,
+        ];
+        for buffers in all {
             assert_eq!(Prefetch::LongRuns.step_piece(1, 1, buffers), Some(Layout));
             assert_eq!(Prefetch::Off.step_piece(f32_step, f32_step, buffers), None);
             // Zen 3's rule reads the piece, not the step.
@@ -371,11 +414,32 @@ pub(crate) mod checks {
             // Zen 5's reads the step, and for the f32 steps that divide the piece too.
             assert_eq!(steps.step_piece(small, f32_step, buffers), Some(Layout));
         }
-        for buffers in [Narrow, F32LambPass, F32Divides, PlainF32] {
+        for buffers in [Narrow, NarrowOneState, F32LambPass, F32Divides, PlainF32] {
             assert_eq!(steps.step_piece(large - 1, large - 1, buffers), None);
         }
-        assert_eq!(steps.step_piece(small, large, Narrow), Some(Layout));
-        assert_eq!(steps.step_piece(one_state, one_state, Narrow), Some(Layout));
+        for narrow in [Narrow, NarrowOneState, NarrowDivides] {
+            assert_eq!(steps.step_piece(small, large, narrow), Some(Layout));
+            assert_eq!(steps.step_piece(one_state, one_state, narrow), Some(Layout));
+        }
+        // One thread's narrow steps with one f32 state that divide, past the L2: a page ahead.
+        let (narrow, narrow_end) = (NARROW_DIVIDES_PIECE, NARROW_DIVIDES_STEP_END);
+        assert_eq!(
+            steps.step_piece(narrow, narrow, NarrowDivides),
+            Some(Layout)
+        );
+        assert_eq!(
+            steps.step_piece(narrow_end - 1, narrow_end - 1, NarrowDivides),
+            Some(Layout)
+        );
+        assert_eq!(
+            steps.step_piece(narrow - 1, narrow_end - 1, NarrowDivides),
+            None
+        );
+        assert_eq!(steps.step_piece(narrow, narrow_end, NarrowDivides), None);
+        assert_eq!(steps.step_piece(large - 1, large - 1, NarrowDivides), None);
+        for other in [Narrow, NarrowOneState] {
+            assert_eq!(steps.step_piece(narrow, narrow, other), None);
+        }
         let adam = PAGE_ADAM_PIECE;
         for (divides, page_from, page_below) in [
             (F32TwoStates, adam, two_states),
@@ -412,13 +476,15 @@ pub(crate) mod checks {
             assert_eq!(steps.step_piece(mid - 1, mid_end - 1, divides), None);
             assert_eq!(steps.step_piece(mid, mid_end, divides), None);
         }
-        for other in [Narrow, PlainF32] {
+        for other in [Narrow, NarrowDivides, PlainF32] {
             assert_eq!(steps.step_piece(mid, mid, other), None);
         }
         for updates in [false, true] {
             assert_eq!(PlainF32.of_op(true, updates), F32Divides);
             assert_eq!(PlainF32.of_op(false, updates), PlainF32);
             assert_eq!(Narrow.of_op(true, updates), Narrow);
+            assert_eq!(NarrowOneState.of_op(true, updates), NarrowDivides);
+            assert_eq!(NarrowOneState.of_op(false, updates), Narrow);
         }
         assert_eq!(F32TwoStates.of_op(true, true), F32TwoStates);
         assert_eq!(F32TwoStates.of_op(false, false), F32LambPass);

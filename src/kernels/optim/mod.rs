@@ -843,10 +843,15 @@ trait Layout<V: Simd> {
         Self::W::WIDE && Self::G::WIDE && Self::S0::WIDE && Self::S1::WIDE && Self::S2::WIDE;
 
     /// What the step's buffers are, for the prefetch rule ([`StepBuffers`]; never
-    /// [`StepBuffers::F32Divides`] or [`StepBuffers::F32LambPass`], which the driver tells from
-    /// the op).
+    /// [`StepBuffers::F32Divides`], [`StepBuffers::F32LambPass`] or
+    /// [`StepBuffers::NarrowDivides`], which the driver tells from the op).
     const BUFFERS: StepBuffers = if !Self::ALL_F32 {
-        StepBuffers::Narrow
+        let states = Self::S0::PRESENT as u8 + Self::S1::PRESENT as u8 + Self::S2::PRESENT as u8;
+        if states == 1 && Self::S0::WIDE && Self::S1::WIDE && Self::S2::WIDE {
+            StepBuffers::NarrowOneState
+        } else {
+            StepBuffers::Narrow
+        }
     } else if Self::S0::PRESENT && Self::S1::PRESENT {
         StepBuffers::F32TwoStates
     } else {
@@ -1142,11 +1147,12 @@ pub(crate) use adam::adam;
 pub(crate) use lamb::{lamb_pass1, lamb_pass2};
 pub(crate) use sgd::sgd;
 
-use driver::{ChunkBits, ElementOp, Vals, decays, drive, neg, step_buffers};
+use driver::{ChunkBits, ElementOp, Vals, decays, drive, neg};
 
 /// Checks of the layouts' constants, run by `tests/internals.rs`.
 #[cfg(feature = "fuzzing")]
 pub(crate) mod checks {
+    use super::driver::step_buffers;
     use super::*;
     use crate::arch::portable::Portable;
 
@@ -1193,13 +1199,22 @@ pub(crate) mod checks {
             buffers::<Lay<F, Lacks<F>, Has<F>, Has<F>, Lacks<F>>>(),
             F32TwoStates
         );
-        // A buffer other than f32, or kinds known only at run time.
+        // A buffer other than f32, or kinds known only at run time; with one f32 state (SGD's
+        // momentum, Adagrad's sum) told apart.
         assert_eq!(
             buffers::<Lay<S, Has<H>, Has<F>, Lacks<F>, Lacks<F>>>(),
+            NarrowOneState
+        );
+        assert_eq!(
+            buffers::<Lay<Sr, Has<H>, Lacks<F>, Has<F>, Lacks<F>>>(),
+            NarrowOneState
+        );
+        assert_eq!(
+            buffers::<Lay<S, Has<H>, Has<F>, Has<F>, Lacks<F>>>(),
             Narrow
         );
         assert_eq!(
-            buffers::<Lay<Sr, Has<H>, Has<F>, Lacks<F>, Lacks<F>>>(),
+            buffers::<Lay<S, Has<H>, Lacks<Sr>, Has<Sr>, Lacks<Sr>>>(),
             Narrow
         );
         assert_eq!(
@@ -1234,10 +1249,26 @@ pub(crate) mod checks {
             step_buffers::<P, LambPass2F32, lamb::LambPass2<P, false>>(),
             F32LambPass
         );
+        // Adagrad's narrow weights with its f32 sum; SGD's split step with f32 momentum does not
+        // divide, and Adagrad's bf16-SR sum is not f32.
         assert_eq!(
             step_buffers::<P, AdagradSplit, adagrad::AdagradOp<P>>(),
+            NarrowDivides
+        );
+        type AdagradSrWeights = Lay<Sr, Has<H>, Lacks<F>, Has<F>, Lacks<F>>;
+        assert_eq!(
+            step_buffers::<P, AdagradSrWeights, adagrad::AdagradOp<P>>(),
+            NarrowDivides
+        );
+        type SgdSplit = Lay<S, Has<H>, Has<F>, Lacks<F>, Lacks<F>>;
+        assert_eq!(step_buffers::<P, SgdSplit, sgd::SgdOp<P, true>>(), Narrow);
+        type AdagradSrSum = Lay<S, Has<H>, Lacks<Sr>, Has<Sr>, Lacks<Sr>>;
+        assert_eq!(
+            step_buffers::<P, AdagradSrSum, adagrad::AdagradOp<P>>(),
             Narrow
         );
+        type AdamSplit = Lay<S, Has<H>, Has<F>, Has<F>, Lacks<F>>;
+        assert_eq!(step_buffers::<P, AdamSplit, adam::AdamOp<P>>(), Narrow);
         // The distance a prefetching chunk takes: half a page for the all-f32 layouts unless the
         // rule says a page; a page for the others either way.
         let f32_bytes = <AdamF32 as Layout<P>>::PREFETCH_AHEAD_BYTES;
