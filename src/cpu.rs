@@ -290,8 +290,9 @@ impl Prefetch {
 /// pieces of 2M elements and more, on Zen 5 EPYC CPUs for the pieces of the steps of 2M elements
 /// and more (the all-f32 steps from 32M, and those that divide on pieces of 2M, Adam's of 1M: a
 /// page ahead in Adagrad's steps under 8M and Adam's and LAMB's under 4M, half a page in Adam's and
-/// LAMB's beyond), and half a page ahead for one thread's all-f32 steps that divide at 128K–768K
-/// elements; on the other AMD CPUs measured they cost time (docs/DESIGN.md, "SIMD backends").
+/// LAMB's beyond), half a page ahead for one thread's all-f32 steps that divide at 128K–768K
+/// elements, and a page ahead for one thread's split Adagrad (narrow weights, f32 sum) at
+/// 512K–1.5M; on the other AMD CPUs measured they cost time (docs/DESIGN.md, "SIMD backends").
 /// Decided once per process; a value other than `on`, `off` or `auto` is reported on stderr once
 /// and read as `auto`.
 pub fn software_prefetch() -> bool {
