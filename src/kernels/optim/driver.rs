@@ -1232,8 +1232,9 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
 }
 
 /// How the prefetch rule sees a step of the layout `L` and the op `O`: the layout's buffers, for
-/// the plain f32 ones whether the op divides, and for those with two states whether it reads
-/// gradients and writes the weights ([`StepBuffers::of_op`]).
+/// the plain f32 ones and the narrow ones with one f32 state whether the op divides, and for the
+/// all-f32 ones with two states whether it reads gradients and writes the weights
+/// ([`StepBuffers::of_op`]).
 pub(super) const fn step_buffers<V: Simd, L: Layout<V>, O: ElementOp<V>>() -> StepBuffers {
     L::BUFFERS.of_op(O::DIVIDES, O::WRITE_W && <L::G as Access<V>>::PRESENT)
 }
