@@ -134,6 +134,36 @@ unsafe fn ars_rounds<V: Simd, const WIDE: bool>(x: &mut [V::U; MAX_RNG_VECTORS],
     }
 }
 
+/// Round 0 of ARS-5 on the first [`crate::arch::Simd::RNG_VECTORS`] vectors of `x`: the
+/// counters' constants from `starts` XOR-ed with `f`, the span's first block in word 0.
+#[inline(always)]
+unsafe fn round0<V: Simd>(x: &mut [V::U; MAX_RNG_VECTORS], starts: *const V::U, f: V::U) {
+    for (v, x) in x.iter_mut().enumerate().take(V::RNG_VECTORS) {
+        *x = unsafe { V::xor_u(*starts.add(v), f) };
+    }
+}
+
+/// `p`, hidden from LLVM (its address passes through an empty `asm!`, no instruction), so that
+/// what it points to is read where it is used ([`crate::arch::Simd::RNG_STARTS_IN_MEMORY`]).
+#[inline(always)]
+fn opaque_ptr<T>(p: *const T) -> *const T {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        let mut addr = p.addr();
+        // SAFETY: the template is a comment; it reads and writes nothing but `addr`'s register.
+        unsafe {
+            core::arch::asm!(
+                "/* {0} */",
+                inout(reg) addr,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        p.with_addr(addr)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    p
+}
+
 /// A vector whose block `i` (lanes `4i .. 4i + 4`) is `f(i)`.
 #[inline(always)]
 unsafe fn per_block<V: Simd>(f: impl Fn(usize) -> [u32; 4]) -> V::U {
@@ -247,12 +277,18 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
             // block in word 0.
             let f = V::and_u(V::splat_u(first as u32), k.word0);
             let mut x = [f; MAX_RNG_VECTORS];
-            for (x, start) in x.iter_mut().zip(&k.start).take(V::RNG_VECTORS) {
-                *x = V::xor_u(*start, f);
-            }
             if Self::WIDE_AES && k.wide {
+                // The constants read from memory where the backend asks, with the wide rounds
+                // only: the 128-bit ones, which split each vector, took 1-2% more instructions.
+                let starts = if V::RNG_STARTS_IN_MEMORY {
+                    opaque_ptr(k.start.as_ptr())
+                } else {
+                    k.start.as_ptr()
+                };
+                round0::<V>(&mut x, starts, f);
                 ars_rounds::<V, true>(&mut x, &k.keys);
             } else {
+                round0::<V>(&mut x, k.start.as_ptr(), f);
                 ars_rounds::<V, false>(&mut x, &k.keys);
             }
             // A second moment's stream: word `w` of a block holds the bits of elements `w` and

@@ -198,6 +198,7 @@ impl Simd for Avx2 {
     }
     const RNG_VECTORS: usize = 8;
     const RNG_FILL_OPAQUE: bool = true;
+    const RNG_STARTS_IN_MEMORY: bool = true;
     // The update's constants, the counters and the round keys do not all fit AVX2's 16
     // registers, and inline the rounds are the 128-bit ones every AVX2 CPU has; the block fill
     // runs VAES where the CPU has it (docs/DESIGN.md, "Random bits: ARS-5").
