@@ -179,10 +179,11 @@ pub(crate) trait Simd: Copy + 'static {
     /// chunk ahead of the test for it. It did so on AVX2 with the Philox generator (18% of the
     /// instructions of the bulk fill, callgrind).
     const RNG_FILL_OPAQUE: bool = false;
-    /// Whether a fill reads its counter vectors' starts (`kernels::GroupBits`' constants) from
-    /// memory, as operands of its XORs, where LLVM would keep them in registers across the loop.
-    /// With AVX2's 16 registers it kept all eight and spilled the conversion's values around them
-    /// (f32 -> bf16 SR 0.92-0.93x the time on Zen 5 read from memory).
+    /// Whether a fill that runs the wide rounds ([`Self::WIDE_AES`]) reads its counter vectors'
+    /// starts (`kernels::GroupBits`' constants) from memory, as operands of its XORs, where LLVM
+    /// would keep them in registers across the loop. With AVX2's 16 registers it kept all eight
+    /// and spilled the conversion's values around them (the kernel bench's f32 -> bf16 SR
+    /// 0.92-0.93x the time on Zen 5 read from memory).
     const RNG_STARTS_IN_MEMORY: bool = false;
     /// Whether the rounding kernels draw their bits a block at a time from the bulk fill, called
     /// out of line, rather than from AES rounds inside their loops (`kernels::RoundingBits`).

@@ -135,7 +135,8 @@ unsafe fn ars_rounds<V: Simd, const WIDE: bool>(x: &mut [V::U; MAX_RNG_VECTORS],
 }
 
 /// Round 0 of ARS-5 on the first [`crate::arch::Simd::RNG_VECTORS`] vectors of `x`: the
-/// counters' constants from `starts` XOR-ed with `f`, the span's first block in word 0.
+/// counters' constants from `starts` XOR-ed with `f`, the span's first block in word 0. `starts`
+/// must point to that many vectors (`CounterConsts::start`, which holds `MAX_RNG_VECTORS`).
 #[inline(always)]
 unsafe fn round0<V: Simd>(x: &mut [V::U; MAX_RNG_VECTORS], starts: *const V::U, f: V::U) {
     for (v, x) in x.iter_mut().enumerate().take(V::RNG_VECTORS) {
