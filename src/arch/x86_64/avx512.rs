@@ -321,7 +321,8 @@ impl Simd for Avx512 {
             // One `vpermw` puts the 32 values in element order ([lo 0-15 | hi 0-15]); each
             // 32-bit lane then holds an even element's value and the odd one's after it. Two
             // zero-masked `vpermw`, one per half, in place of the AND and the shift: slower on
-            // Zen 4 (SGD with bf16-SR states 1.07x the time, AdamW 1.05x).
+            // Zen 4 (SGD with bf16-SR states 1.07x the time, AdamW 1.05x) and on Zen 5 (1.03x,
+            // 1.07x).
             let x = _mm512_permutexvar_epi16(word_indices(&GATHER_HALVES), w);
             [
                 _mm512_and_si512(x, _mm512_set1_epi32(0xFFFF)),
