@@ -237,11 +237,17 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
         }
     }
 
+    /// Counter word 1 of block `first`.
+    #[inline(always)]
+    fn word1(&self, first: u64) -> u32 {
+        (first >> 32) as u32 | u32::from(self.coord.replica_slot) << 16
+    }
+
     /// Sets up [`CounterConsts`] for block `first`'s counter word 1 unless they are for it.
     #[inline(always)]
     unsafe fn consts_for(&mut self, first: u64) {
         unsafe {
-            let word1 = (first >> 32) as u32 | u32::from(self.coord.replica_slot) << 16;
+            let word1 = self.word1(first);
             if u64::from(word1) != self.consts.word1 {
                 self.set_consts(word1);
             }
@@ -269,29 +275,14 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
     #[inline(always)]
     pub(crate) unsafe fn span_words(&mut self, group: u64) -> [V::U; MAX_RNG_VECTORS] {
         unsafe {
-            debug_assert!(group.is_multiple_of(Self::SPAN));
-            let first = group * 4;
             // Word 1 of every block of the span (an aligned span never straddles a change).
-            self.consts_for(first);
-            let k = &self.consts;
-            // Round 0 (the key XOR) on the counters: `CounterConsts::start` and the span's first
-            // block in word 0.
-            let f = V::and_u(V::splat_u(first as u32), k.word0);
-            let mut x = [f; MAX_RNG_VECTORS];
-            if Self::WIDE_AES && k.wide {
-                // The constants read from memory where the backend asks, with the wide rounds
-                // only: the 128-bit ones, which split each vector, took 1-2% more instructions.
-                let starts = if V::RNG_STARTS_IN_MEMORY {
-                    opaque_ptr(k.start.as_ptr())
-                } else {
-                    k.start.as_ptr()
-                };
-                round0::<V>(&mut x, starts, f);
-                ars_rounds::<V, true>(&mut x, &k.keys);
+            self.consts_for(group * 4);
+            let starts = self.starts();
+            let mut x = if Self::WIDE_AES && self.consts.wide {
+                self.span_rounds::<true>(group, starts)
             } else {
-                round0::<V>(&mut x, k.start.as_ptr(), f);
-                ars_rounds::<V, false>(&mut x, &k.keys);
-            }
+                self.span_rounds::<false>(group, starts)
+            };
             // A second moment's stream: word `w` of a block holds the bits of elements `w` and
             // `w + 16` of its group, so exchanging words `2i` and `2i + 1` gives each element its
             // partner's (`e ^ 1`), in every form made from these words.
@@ -301,6 +292,58 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
                 }
             }
             x
+        }
+    }
+
+    /// Where [`Self::span_rounds`] reads the counters' constants: `CounterConsts::start`, through
+    /// a pointer hidden from LLVM where the backend asks for them from memory
+    /// ([`crate::arch::Simd::RNG_STARTS_IN_MEMORY`]; the wide rounds only: the 128-bit ones, which
+    /// split each vector, took 1-2% more instructions). Valid while `self` is not moved.
+    #[inline(always)]
+    pub(crate) fn starts(&self) -> *const V::U {
+        let starts = self.consts.start.as_ptr();
+        if V::RNG_STARTS_IN_MEMORY && Self::WIDE_AES && self.consts.wide {
+            opaque_ptr(starts)
+        } else {
+            starts
+        }
+    }
+
+    /// [`Self::span_words`] with the constants already set up for the span's counter word 1
+    /// ([`Self::begin_spans`]) and the words as ARS-5 gives them (no exchange of partners);
+    /// `starts` is [`Self::starts`]. `WIDE`: the rounds' form, which must be the one the
+    /// constants were set up for (`CounterConsts::wide`).
+    #[inline(always)]
+    pub(crate) unsafe fn span_rounds<const WIDE: bool>(
+        &self,
+        group: u64,
+        starts: *const V::U,
+    ) -> [V::U; MAX_RNG_VECTORS] {
+        unsafe {
+            debug_assert!(group.is_multiple_of(Self::SPAN));
+            let first = group * 4;
+            let k = &self.consts;
+            debug_assert_eq!(k.word1, u64::from(self.word1(first)));
+            debug_assert_eq!(k.wide, WIDE);
+            // Round 0 (the key XOR) on the counters: `CounterConsts::start` and the span's first
+            // block in word 0.
+            let f = V::and_u(V::splat_u(first as u32), k.word0);
+            let mut x = [f; MAX_RNG_VECTORS];
+            round0::<V>(&mut x, starts, f);
+            ars_rounds::<V, WIDE>(&mut x, &k.keys);
+            x
+        }
+    }
+
+    /// Sets up the counter constants for a run of up to `spans` whole spans from group `g` (a
+    /// multiple of [`Self::SPAN`]) and gives how many of them come before counter word 1 changes
+    /// (every [`SEQ_GROUPS`] groups): those [`Self::span_rounds`] then draws without testing it.
+    #[inline(always)]
+    pub(crate) unsafe fn begin_spans(&mut self, g: u64, spans: u64) -> u64 {
+        unsafe {
+            debug_assert!(g.is_multiple_of(Self::SPAN));
+            self.consts_for(g * 4);
+            spans.min((SEQ_GROUPS - g % SEQ_GROUPS) / Self::SPAN)
         }
     }
 
@@ -805,7 +848,7 @@ pub(crate) fn spans_inline<V: Simd>(rounding: Rounding) -> bool {
 }
 
 /// The full chunks from local offset `off` (global index `e`) up to global `end`, with the bits
-/// of `coord`'s stream made span by span ([`GroupBits`] with words) in this loop, a whole span's a
+/// of `coord`'s stream (a conversion's: never a second moment's) made span by span ([`GroupBits`] with words) in this loop, a whole span's a
 /// span ahead of its rounding: each output
 /// word's low halves round its chunk, its high halves the chunk 16 elements on (SPEC.md §3.2,
 /// as [`FillBlock`] lays them out), the two handed over together in whole spans
@@ -821,6 +864,10 @@ pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
 ) {
     unsafe {
         const { assert!(V::RNG_VECTORS <= MAX_RNG_VECTORS) };
+        // The whole spans take the words as ARS-5 gives them: the conversions draw the weights'
+        // stream, never a second moment's, whose words exchange partners. (Tested per run, in
+        // the condition of the whole spans, it made LLVM's AVX-512 bf16 SR loop 1.13x the time.)
+        debug_assert!(!coord.swap_pairs);
         let span = 32 * GroupBits::<V, true>::SPAN;
         let mut rng = GroupBits::<V, true>::new(coord);
         let mask = V::splat_u(0xFFFF);
@@ -837,21 +884,42 @@ pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
                 b.round_full(off, r);
             }
         }
+        // The span's words in the wide rounds where the backend has them: the conversions run
+        // here only with those ([`spans_inline`]).
+        #[inline(always)]
+        unsafe fn rounds<V: Simd>(
+            rng: &GroupBits<V, true>,
+            g: u64,
+            starts: *const V::U,
+        ) -> [V::U; MAX_RNG_VECTORS] {
+            unsafe {
+                if V::WIDE_AES {
+                    rng.span_rounds::<true>(g, starts)
+                } else {
+                    rng.span_rounds::<false>(g, starts)
+                }
+            }
+        }
         while e < end {
             let first = e - e % span;
             // Local offset of the span's first element (which may lie before the slice).
             let o = off - (e - first) as isize;
             if first == e && first + span <= end {
-                // Whole spans, each one's words made before the span ahead of it is rounded: in
-                // program order its rounds go ahead of that span's chunks, which then do not wait
-                // for the rounds' latency (Zen 5 VM, 64K: AVX-512 0.039 -> 0.032 ns per element,
-                // AVX2 0.086 -> 0.076; docs/DESIGN.md).
-                let spans = (end - first) / span;
-                let mut next = rng.span_words(first / 32);
+                // Whole spans up to the next change of counter word 1, each one's words made
+                // before the span ahead of it is rounded: in program order its rounds go ahead of
+                // that span's chunks, which then do not wait for the rounds' latency (Zen 5 VM,
+                // 64K: AVX-512 0.039 -> 0.032 ns per element, AVX2 0.086 -> 0.076). The
+                // constants are set up once for the run, so that a span's rounds test nothing:
+                // tests per span of word 1, of the pair exchange and of the rounds' form made
+                // f32 -> bf16 SR 1.04-1.05x the time on both backends (docs/DESIGN.md).
+                let g = first / 32;
+                let spans = rng.begin_spans(g, (end - first) / span);
+                let starts = rng.starts();
+                let mut next = rounds(&rng, g, starts);
                 for k in 0..spans {
                     let words = next;
                     if k + 1 < spans {
-                        next = rng.span_words(first / 32 + (k + 1) * GroupBits::<V, true>::SPAN);
+                        next = rounds(&rng, g + (k + 1) * GroupBits::<V, true>::SPAN, starts);
                     }
                     round_span::<V, B>(body, o + (k * span) as isize, &words, mask);
                 }
