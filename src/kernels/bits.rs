@@ -847,13 +847,13 @@ pub(crate) fn spans_inline<V: Simd>(rounding: Rounding) -> bool {
     rounding == Rounding::Stochastic && V::CONVERSION_SPANS && (!V::WIDE_AES || V::wide_aes())
 }
 
-/// The full chunks from local offset `off` (global index `e`) up to global `end`, with the bits
-/// of `coord`'s stream (a conversion's: never a second moment's) made span by span ([`GroupBits`] with words) in this loop, a whole span's a
-/// span ahead of its rounding: each output
-/// word's low halves round its chunk, its high halves the chunk 16 elements on (SPEC.md §3.2,
-/// as [`FillBlock`] lays them out), the two handed over together in whole spans
-/// ([`RoundsChunks::round_pair`]). A span the run starts or ends inside rounds only its chunks in
-/// `e .. end`, one by one. Each chunk is prefetched ahead of first where the body prefetches.
+/// The full chunks from local offset `off` (global index `e`) up to global `end`, with the bits of
+/// `coord`'s stream (a conversion's: never a second moment's) made span by span ([`GroupBits`] with
+/// words) in this loop, a whole span's a span ahead of its rounding: each output word's low halves
+/// round its chunk, its high halves the chunk 16 elements on (SPEC.md §3.2, as [`FillBlock`] lays
+/// them out), the two handed over together in whole spans ([`RoundsChunks::round_pair`]). A span
+/// the run starts or ends inside rounds only its chunks in `e .. end`, one by one. Each chunk is
+/// prefetched ahead of first where the body prefetches.
 #[inline(always)]
 pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
     body: &mut B,
@@ -866,7 +866,8 @@ pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
         const { assert!(V::RNG_VECTORS <= MAX_RNG_VECTORS) };
         // The whole spans take the words as ARS-5 gives them: the conversions draw the weights'
         // stream, never a second moment's, whose words exchange partners. (Tested per run, in
-        // the condition of the whole spans, it made LLVM's AVX-512 bf16 SR loop 1.13x the time.)
+        // the condition of the whole spans, it made the release build's AVX-512 bf16 SR loop
+        // 1.13x the time.)
         debug_assert!(!coord.swap_pairs);
         let span = 32 * GroupBits::<V, true>::SPAN;
         let mut rng = GroupBits::<V, true>::new(coord);
@@ -911,7 +912,8 @@ pub(crate) unsafe fn full_run_spans<V: Simd, B: ChunkBody<V> + RoundsChunks<V>>(
                 // 64K: AVX-512 0.039 -> 0.032 ns per element, AVX2 0.086 -> 0.076). The
                 // constants are set up once for the run, so that a span's rounds test nothing:
                 // tests per span of word 1, of the pair exchange and of the rounds' form made
-                // f32 -> bf16 SR 1.04-1.05x the time on both backends (docs/DESIGN.md).
+                // f32 -> bf16 SR 1.05x the time on AVX2 and in AVX-512's kernel bench
+                // (docs/DESIGN.md).
                 let g = first / 32;
                 let spans = rng.begin_spans(g, (end - first) / span);
                 let starts = rng.starts();
