@@ -2,8 +2,9 @@
 //! the median over 5 batches of repeated steps, in ns per parameter. Storage as the peer rows:
 //! split weights + bf16 grads + f32 state (IPEX's rows: `sgd`, `adagrad`, `adam`, `lamb`), or all f32
 //! (PyTorch's fused CPU rows: `sgd_f32`, `adagrad_f32`, `adam_f32`, `adamw_f32`; and `amsgrad_f32`,
-//! AdamW with AMSGrad's maximum, and `lamb_f32`, which no peer has); `lamb_bf16sr`: LAMB's split
-//! weights and bf16 grads with bf16 moments rounded stochastically.
+//! AdamW with AMSGrad's maximum, and `lamb_f32`, which no peer has); `lamb_bf16sr` and
+//! `sgd_bf16sr`: LAMB's and SGD's split weights and bf16 grads with bf16 moments rounded
+//! stochastically (the `sgd` and `lamb` rows with their states in bf16).
 //!
 //! `cargo run --release --example step_timer -- <kernel> <elements> <threads> [grain]`
 //! (`STEP_TIMER_HANDOFF=1`: the steps are handed to a pool the timing thread is not in).
@@ -31,7 +32,7 @@ use placed_buffers::{FIRST_MOMENT, Placed, SECOND_MOMENT, TRAIL};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: step_timer <sgd|adagrad|adam|lamb|lamb_bf16sr|sgd_f32|adagrad_f32|adam_f32|adamw_f32|amsgrad_f32|lamb_f32> \
+    let usage = "usage: step_timer <sgd|sgd_bf16sr|adagrad|adam|lamb|lamb_bf16sr|sgd_f32|adagrad_f32|adam_f32|adamw_f32|amsgrad_f32|lamb_f32> \
                  <elements> <threads> [grain]";
     let kernel = args.get(1).expect(usage).as_str();
     let n: usize = args.get(2).expect(usage).parse().expect(usage);
@@ -103,8 +104,9 @@ fn main() {
     // AMSGrad's maximum for `amsgrad_f32` only, at the trails' offset (unused by f32 rows).
     let n2 = if kernel == "amsgrad_f32" { n } else { 0 };
     let mut s2 = placed_from(&w32, 0f32, n2, at(4));
-    // bf16 moments for `lamb_bf16sr` only (empty otherwise, so the other rows' memory is as it was).
-    let nh = if kernel == "lamb_bf16sr" { n } else { 0 };
+    // bf16 moments for `lamb_bf16sr` and `sgd_bf16sr` only (empty otherwise, so the other rows'
+    // memory is as it was).
+    let nh = if kernel.ends_with("_bf16sr") { n } else { 0 };
     let (mut h0, mut h1) = (
         placed_from(&top, bf16::ZERO, nh, at(2)),
         placed_from(&top, bf16::ZERO, nh, at(3)),
@@ -140,6 +142,24 @@ fn main() {
                 weights: weights(f32_row, &mut w32, &mut top, &mut trail),
                 grads: grads(f32_row, g32, g16),
                 momentum: Some(State::F32(&mut s0)),
+                stream,
+            }];
+            e.step_group(&cfg, &ctx, &mut t, &mut (), &th).unwrap();
+        }
+        "sgd_bf16sr" => {
+            let cfg = SgdConfig {
+                lr: 0.01,
+                momentum: 0.9,
+                weight_decay: 1e-4,
+                ..Default::default()
+            };
+            let mut t = [SgdTensor {
+                weights: Weights::Split {
+                    top: &mut top,
+                    trail: &mut trail,
+                },
+                grads: Grads::Bf16(g16),
+                momentum: Some(State::Bf16(&mut h0, halfstep::Rounding::Stochastic)),
                 stream,
             }];
             e.step_group(&cfg, &ctx, &mut t, &mut (), &th).unwrap();
