@@ -130,29 +130,24 @@ fn main() {
     // the peers' rows are later steps.
     let ctx = StepContext::new(1, 2);
     let stream = TensorStream::new(0);
+    // SGD's rows, with f32 or bf16-SR momentum.
+    let sgd = SgdConfig {
+        lr: 0.01,
+        momentum: 0.9,
+        weight_decay: 1e-4,
+        ..Default::default()
+    };
     let mut step = || match kernel {
         "sgd" | "sgd_f32" => {
-            let cfg = SgdConfig {
-                lr: 0.01,
-                momentum: 0.9,
-                weight_decay: 1e-4,
-                ..Default::default()
-            };
             let mut t = [SgdTensor {
                 weights: weights(f32_row, &mut w32, &mut top, &mut trail),
                 grads: grads(f32_row, g32, g16),
                 momentum: Some(State::F32(&mut s0)),
                 stream,
             }];
-            e.step_group(&cfg, &ctx, &mut t, &mut (), &th).unwrap();
+            e.step_group(&sgd, &ctx, &mut t, &mut (), &th).unwrap();
         }
         "sgd_bf16sr" => {
-            let cfg = SgdConfig {
-                lr: 0.01,
-                momentum: 0.9,
-                weight_decay: 1e-4,
-                ..Default::default()
-            };
             let mut t = [SgdTensor {
                 weights: Weights::Split {
                     top: &mut top,
@@ -162,7 +157,7 @@ fn main() {
                 momentum: Some(State::Bf16(&mut h0, halfstep::Rounding::Stochastic)),
                 stream,
             }];
-            e.step_group(&cfg, &ctx, &mut t, &mut (), &th).unwrap();
+            e.step_group(&sgd, &ctx, &mut t, &mut (), &th).unwrap();
         }
         "adagrad" | "adagrad_f32" => {
             let cfg = AdagradConfig {
