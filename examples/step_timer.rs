@@ -138,23 +138,16 @@ fn main() {
         ..Default::default()
     };
     let mut step = || match kernel {
-        "sgd" | "sgd_f32" => {
+        "sgd" | "sgd_f32" | "sgd_bf16sr" => {
+            let momentum = if kernel == "sgd_bf16sr" {
+                State::Bf16(&mut h0, halfstep::Rounding::Stochastic)
+            } else {
+                State::F32(&mut s0)
+            };
             let mut t = [SgdTensor {
                 weights: weights(f32_row, &mut w32, &mut top, &mut trail),
                 grads: grads(f32_row, g32, g16),
-                momentum: Some(State::F32(&mut s0)),
-                stream,
-            }];
-            e.step_group(&sgd, &ctx, &mut t, &mut (), &th).unwrap();
-        }
-        "sgd_bf16sr" => {
-            let mut t = [SgdTensor {
-                weights: Weights::Split {
-                    top: &mut top,
-                    trail: &mut trail,
-                },
-                grads: Grads::Bf16(g16),
-                momentum: Some(State::Bf16(&mut h0, halfstep::Rounding::Stochastic)),
+                momentum: Some(momentum),
                 stream,
             }];
             e.step_group(&sgd, &ctx, &mut t, &mut (), &th).unwrap();
@@ -219,11 +212,8 @@ fn main() {
             };
             let sr = halfstep::Rounding::Stochastic;
             let mut t = [LambTensor {
-                weights: Weights::Split {
-                    top: &mut top,
-                    trail: &mut trail,
-                },
-                grads: Grads::Bf16(g16),
+                weights: weights(f32_row, &mut w32, &mut top, &mut trail),
+                grads: grads(f32_row, g32, g16),
                 exp_avg: State::Bf16(&mut h0, sr),
                 exp_avg_sq: State::Bf16(&mut h1, sr),
                 stream,
