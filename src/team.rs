@@ -17,7 +17,7 @@ use std::any::Any;
 use std::mem::MaybeUninit;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -60,8 +60,15 @@ impl<F: Fn(usize) + Sync> SharedJob<'_, F> {
     }
 }
 
+/// One member's mailbox, alone on its cache line (128 bytes: adjacent lines are fetched in pairs
+/// on Intel), so that a member waiting on its own does not take the line of another's.
+#[repr(align(128))]
 struct Member {
     mailbox: AtomicPtr<Header>,
+    /// Set while the member may be parked or about to park: only then does a sender unpark it
+    /// (an `unpark` for each member at each step was a locked instruction per member on the
+    /// sender's path).
+    parking: AtomicBool,
     thread: OnceLock<Thread>,
 }
 
@@ -93,6 +100,7 @@ impl Team {
             members: (0..size)
                 .map(|_| Member {
                     mailbox: AtomicPtr::new(ptr::null_mut()),
+                    parking: AtomicBool::new(false),
                     thread: OnceLock::new(),
                 })
                 .collect(),
@@ -207,24 +215,35 @@ impl<'t> Entered<'t> {
         };
         // From the whole job, not its first field: the members read all of it.
         let header = &job as *const SharedJob<F> as *mut Header;
-        for member in &shared.members[1..=helpers] {
+        let members = &shared.members[1..=helpers];
+        for member in members {
             member.mailbox.store(header, Ordering::Release);
-            if let Some(t) = member.thread.get() {
+        }
+        // Against the member's store of `parking` and fence before its last look at the mailbox
+        // (`wait_for_work`): either it sees the job or this sees `parking` and wakes it.
+        fence(Ordering::SeqCst);
+        for member in members {
+            if member.parking.load(Ordering::Relaxed)
+                && let Some(t) = member.thread.get()
+            {
                 t.unpark();
             }
         }
         let ran = catch_unwind(AssertUnwindSafe(|| f(0)));
-        for member in &shared.members[1..=helpers] {
-            // Exactly one of this and the member's `swap` gets the pointer.
-            if member
-                .mailbox
-                .compare_exchange(
-                    header,
-                    ptr::null_mut(),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
+        for member in members {
+            // Exactly one of this and the member's `swap` gets the pointer. A plain load first:
+            // a member that took the job has cleared it, and the loads of all the members'
+            // lines overlap where each locked exchange waited for the one before.
+            if member.mailbox.load(Ordering::Relaxed) == header
+                && member
+                    .mailbox
+                    .compare_exchange(
+                        header,
+                        ptr::null_mut(),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
             {
                 job.pending.fetch_sub(1, Ordering::Relaxed);
             }
@@ -356,21 +375,34 @@ impl Spin {
 /// A member's life: take a job from the mailbox, run it, wait for the next; spin for [`SPIN`]
 /// after each job, then park until a sender unparks it.
 fn wait_for_work(shared: &Shared, index: usize) {
-    let mailbox = &shared.members[index].mailbox;
+    let me = &shared.members[index];
+    let mailbox = &me.mailbox;
     loop {
         let mut spin = Spin::new();
         let job = loop {
-            let j = mailbox.swap(ptr::null_mut(), Ordering::Acquire);
-            if !j.is_null() {
-                break j;
+            // Read before taking: a locked exchange at every round would hold the line, which
+            // the sender must take to post the job.
+            if !mailbox.load(Ordering::Relaxed).is_null() {
+                let j = mailbox.swap(ptr::null_mut(), Ordering::Acquire);
+                if !j.is_null() {
+                    break j;
+                }
             }
             if shared.shutdown.load(Ordering::Acquire) {
                 return;
             }
             if !spin.round() {
-                // Returns at the sender's `unpark` (or spuriously); an `unpark` that came first
-                // makes it return at once.
-                thread::park();
+                // Say so before the last look at the mailbox (the sender's fence pairs with this
+                // one), then park: it returns at the sender's `unpark` (or spuriously; an
+                // `unpark` that came first makes it return at once).
+                me.parking.store(true, Ordering::Relaxed);
+                fence(Ordering::SeqCst);
+                if mailbox.load(Ordering::Relaxed).is_null()
+                    && !shared.shutdown.load(Ordering::Acquire)
+                {
+                    thread::park();
+                }
+                me.parking.store(false, Ordering::Relaxed);
             }
         };
         // SAFETY: a sender stores a pointer to a live job and waits for its `pending` count to
@@ -452,6 +484,31 @@ pub(crate) mod checks {
         );
         drop(entered);
         assert!(team.enter().is_some());
+        parked_members_are_woken();
+    }
+
+    /// Members that have parked (after [`SPIN`] without work) take the next step's job: the
+    /// caller's own run waits until every member has joined it.
+    fn parked_members_are_woken() {
+        let team = Team::new(3).unwrap();
+        for _ in 0..3 {
+            thread::sleep(SPIN * 20);
+            let entered = team.enter().unwrap();
+            let joined = AtomicU32::new(0);
+            entered.broadcast(2, &|member| {
+                joined.fetch_add(1, Ordering::AcqRel);
+                if member == 0 {
+                    let since = Instant::now();
+                    while joined.load(Ordering::Acquire) < 3 {
+                        assert!(
+                            since.elapsed() < Duration::from_secs(30),
+                            "a parked member was not woken"
+                        );
+                        thread::yield_now();
+                    }
+                }
+            });
+        }
     }
 
     std::thread_local!(static MEMBER: std::cell::Cell<std::ffi::c_int> = const { std::cell::Cell::new(0) });
