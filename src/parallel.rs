@@ -443,10 +443,17 @@ const TEAM_BATCH: usize = 128;
 /// driver").
 const FINE_PIECE_MINS: usize = 8;
 
+/// Where four pieces per member would be smaller, a team's pieces hold this many elements, or a
+/// member's whole share where that is less: one piece per member at 256K elements on 16 threads.
+/// Each piece costs its claim and a kernel call's setup, and below this size that cost more than
+/// the balance saved (16-core Xeon host, AdamW on libgomp's threads, 16 threads: 64K and 256K
+/// elements 0.79–0.83× the time, 1M and 4M level; docs/DESIGN.md, "Parallel driver").
+const PIECE_ELEMENTS: usize = 16 * 1024;
+
 /// [`for_pieces`] on a team: the group cut from the front into pieces of about
 /// `elements / (8 × members)`, or `elements / (4 × members)` where those would be under
-/// [`FINE_PIECE_MINS`] × `min` (at [`SPLIT_ALIGN`] boundaries, tensors never joined), which the
-/// members take one at a time.
+/// [`FINE_PIECE_MINS`] × `min` but at least [`PIECE_ELEMENTS`] or a member's share (at
+/// [`SPLIT_ALIGN`] boundaries, tensors never joined), which the members take one at a time.
 fn team_pieces<'a, C: Pieces, S: Side, L: Leaf<C, S>>(
     team: &Entered<'_>,
     min: usize,
@@ -461,7 +468,8 @@ fn team_pieces<'a, C: Pieces, S: Side, L: Leaf<C, S>>(
     }
     let piece = match aligned(total.div_ceil(8 * members)) {
         fine if fine >= FINE_PIECE_MINS.saturating_mul(min) => fine,
-        _ => aligned(total.div_ceil(4 * members)),
+        _ => aligned(total.div_ceil(4 * members))
+            .max(aligned(total.div_ceil(members).min(PIECE_ELEMENTS))),
     };
     let align = SPLIT_ALIGN as u64;
     let run = |(t, s): (C::Tensor<'a>, S)| leaf.run(t, s);
