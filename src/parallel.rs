@@ -446,8 +446,8 @@ const FINE_PIECE_MINS: usize = 8;
 /// Where four pieces per member would be smaller, a team's pieces hold this many elements, or a
 /// member's whole share where that is less: one piece per member at 256K elements on 16 threads.
 /// Each piece costs its claim and a kernel call's setup, and below this size that cost more than
-/// the balance saved (16-core Xeon host, AdamW on libgomp's threads, 16 threads: 64K and 256K
-/// elements 0.79–0.83× the time, 1M and 4M level; docs/DESIGN.md, "Parallel driver").
+/// the balance saved (16-core Xeon host, AdamW on libgomp's threads, 16 threads: 32K–256K
+/// elements 0.82–0.95× the time, 1M and 4M level; docs/DESIGN.md, "Parallel driver").
 const PIECE_ELEMENTS: usize = 16 * 1024;
 
 /// [`for_pieces`] on a team: the group cut from the front into pieces of about
