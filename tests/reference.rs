@@ -89,3 +89,51 @@ mod norm {
         assert_eq!(fold_lanes(lanes), 9007199254740994.0);
     }
 }
+
+mod powers {
+    use halfstep::optim::powi_f64;
+
+    /// SPEC.md §6.1's binary exponentiation as written there.
+    fn spec_powi(base: f64, mut t: u32) -> f64 {
+        let mut result = 1.0f64;
+        let mut b = base;
+        while t > 0 {
+            if t & 1 == 1 {
+                result *= b;
+            }
+            b *= b;
+            t >>= 1;
+        }
+        result
+    }
+
+    #[test]
+    fn powi_is_the_spec_loop_bit_for_bit() {
+        // Betas as f32 hyperparameters give them, 0 and the largest below 1 among them.
+        let bases = [
+            0.0f32,
+            0.5,
+            0.9,
+            0.95,
+            0.99,
+            0.999,
+            0.9999,
+            f32::from_bits(0x3F7F_FFFF),
+        ];
+        let last = if cfg!(miri) { 1 << 9 } else { 1 << 16 };
+        let steps = (0..=last).chain((0..32).flat_map(|k| {
+            let p = 1u32 << k;
+            [p - 1, p, p | 1, p.wrapping_mul(3) / 2, u32::MAX >> k]
+        }));
+        for t in steps {
+            for base in bases {
+                let base = f64::from(base);
+                assert_eq!(
+                    powi_f64(base, t).to_bits(),
+                    spec_powi(base, t).to_bits(),
+                    "{base}^{t}"
+                );
+            }
+        }
+    }
+}
