@@ -28,7 +28,8 @@ use crate::parallel::{self, Leaf, Threads};
 use crate::rng::StepContext;
 
 /// `base^exp` by binary exponentiation in f64, in exactly this order, so that any language
-/// reproduces it (libm `pow` is not correctly rounded everywhere). SPEC.md §6.1.
+/// reproduces it (libm `pow` is not correctly rounded everywhere). SPEC.md §6.1; the same bits as
+/// [`crate::reference::powi`], which writes the loop as the SPEC does.
 pub fn powi_f64(base: f64, mut exp: u32) -> f64 {
     let mut result = 1.0f64;
     let mut b = base;

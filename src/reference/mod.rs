@@ -10,6 +10,8 @@
 //! - [`norm`]: the canonical sum-of-squares reduction.
 //! - [`sgd`], [`adagrad`], [`adam`], [`lamb`]: one element's update and the loop over a tensor,
 //!   written once for every storage kind (the loads and stores in `storage.rs` do the format work).
+//! - [`powi`]: the binary exponentiation of the bias corrections (SPEC.md §6.1), as written there;
+//!   the optimizers' constants use `optim::powi_f64`, which gives its bits without a branch.
 
 pub mod adagrad;
 pub mod adam;
@@ -23,3 +25,17 @@ pub mod round;
 pub mod sgd;
 pub mod split;
 mod storage;
+
+/// `base^t` by SPEC.md §6.1's binary exponentiation, in f64, as written there.
+pub fn powi(base: f64, mut t: u32) -> f64 {
+    let mut result = 1.0f64;
+    let mut b = base;
+    while t > 0 {
+        if t & 1 == 1 {
+            result *= b;
+        }
+        b *= b;
+        t >>= 1;
+    }
+    result
+}
