@@ -14,7 +14,8 @@
 //!   middle;
 //! - on a team ([`Threads::calling_thread_pool`], `crate::team`), from the front into pieces of
 //!   about `elements / (4 × members)` (`elements / (8 × members)` for large groups), which the
-//!   members and the calling thread take one at a time from a batch on the calling thread's stack.
+//!   members and the calling thread take one at a time from a batch on the calling thread's stack
+//!   (each piece as its tensor, start and length; the taker cuts its buffers itself).
 //!
 //! Where the caller stands matters for small steps: a thread outside a rayon pool hands the whole
 //! step over and sleeps until it comes back, microseconds per call (`examples/handoff.rs`;
@@ -295,6 +296,15 @@ impl Pieces for RangePieces {
             },
         )
     }
+    #[allow(unsafe_code)]
+    unsafe fn piece(t: &RangePiece, start: usize, len: usize) -> RangePiece {
+        RangePiece {
+            start: t.start + start,
+            len,
+            base: t.base + start as u64,
+            ..*t
+        }
+    }
 }
 
 /// [`Threads::for_each_piece`]'s closure on each piece.
@@ -450,14 +460,26 @@ const FINE_PIECE_MINS: usize = 8;
 /// elements 0.82–0.95× the time, 1M and 4M level; docs/DESIGN.md, "Parallel driver").
 const PIECE_ELEMENTS: usize = 16 * 1024;
 
+/// A piece of a group's tensor `tensor`: its elements `start .. start + len`. What the calling
+/// thread hands a team's members per piece; each takes its tensor piece through
+/// [`Pieces::piece`] (a copy of every buffer's slice cost the calling thread a write to a line a
+/// member had read, about 0.1 µs per piece on the 16-core Xeon host; docs/DESIGN.md, "Parallel
+/// driver").
+#[derive(Clone, Copy)]
+struct PieceAt {
+    tensor: usize,
+    start: usize,
+    len: usize,
+}
+
 /// [`for_pieces`] on a team: the group cut from the front into pieces of about
 /// `elements / (8 × members)`, or `elements / (4 × members)` where those would be under
 /// [`FINE_PIECE_MINS`] × `min` but at least [`PIECE_ELEMENTS`] or a member's share (at
 /// [`SPLIT_ALIGN`] boundaries, tensors never joined), which the members take one at a time.
-fn team_pieces<'a, C: Pieces, S: Side, L: Leaf<C, S>>(
+fn team_pieces<C: Pieces, S: Side, L: Leaf<C, S>>(
     team: &Entered<'_>,
     min: usize,
-    ts: &'a mut [C::Tensor<'_>],
+    ts: &mut [C::Tensor<'_>],
     side: S,
     leaf: &L,
 ) {
@@ -472,29 +494,52 @@ fn team_pieces<'a, C: Pieces, S: Side, L: Leaf<C, S>>(
             .max(aligned(total.div_ceil(members).min(PIECE_ELEMENTS))),
     };
     let align = SPLIT_ALIGN as u64;
-    let run = |(t, s): (C::Tensor<'a>, S)| leaf.run(t, s);
-    let mut batch = Batch::<(C::Tensor<'a>, S), TEAM_BATCH>::new();
+    // Shared while the pieces run: each piece is taken from its tensor through `&`.
+    let ts: &[C::Tensor<'_>] = ts;
+    let run = |(at, s): (PieceAt, S)| {
+        // SAFETY: `at` is within its tensor (cut below), the pieces of a batch are disjoint and
+        // each is taken once (`Entered::drain`), and `ts` reaches no buffer while they run.
+        #[allow(unsafe_code)]
+        let t = unsafe { C::piece(&ts[at.tensor], at.start, at.len) };
+        leaf.run(t, s)
+    };
+    let mut batch = Batch::<(PieceAt, S), TEAM_BATCH>::new();
     let mut side = side;
-    for t in ts.iter_mut() {
-        let (mut mine, rest) = side.cut(C::tensor_len(t), tensor_blocks::<C>(t), Some(1));
+    for (tensor, t) in ts.iter().enumerate() {
+        let (len, base) = (C::tensor_len(t), C::tensor_base(t));
+        let (mut mine, rest) = side.cut(len, tensor_blocks::<C>(t), Some(1));
         side = rest;
-        let mut t = C::reborrow(t);
+        let mut start = 0;
         loop {
             if batch.is_full() {
                 team.drain(members - 1, &mut batch, &run);
             }
-            let (len, base) = (C::tensor_len(&t), C::tensor_base(&t));
+            let at = base + start as u64;
             // The first aligned global index at least `piece` past the start.
-            let cut = (base + piece as u64).div_ceil(align) * align;
-            if cut >= base + len as u64 {
-                batch.push((t, mine));
+            let cut = (at + piece as u64).div_ceil(align) * align;
+            let rest = len - start;
+            if cut >= at + rest as u64 {
+                batch.push((
+                    PieceAt {
+                        tensor,
+                        start,
+                        len: rest,
+                    },
+                    mine,
+                ));
                 break;
             }
-            let mid = (cut - base) as usize;
-            let (sa, sb) = mine.cut(mid, spanned_blocks(base, mid), None);
-            let (a, b) = C::split_at(t, mid);
-            batch.push((a, sa));
-            (t, mine) = (b, sb);
+            let mid = (cut - at) as usize;
+            let (sa, sb) = mine.cut(mid, spanned_blocks(at, mid), None);
+            batch.push((
+                PieceAt {
+                    tensor,
+                    start,
+                    len: mid,
+                },
+                sa,
+            ));
+            (start, mine) = (start + mid, sb);
         }
     }
     team.drain(members - 1, &mut batch, &run);

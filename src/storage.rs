@@ -188,6 +188,96 @@ impl<'a> State<'a> {
     }
 }
 
+// Taking a piece through a shared reference: a team's members each take their own pieces of
+// one group's tensors at once (`parallel::team_pieces`), so the calling thread hands out only
+// where each piece starts instead of a split copy of every buffer (see `tensors::Pieces::piece`).
+
+/// Elements `start..start + len` of the slice `*s`, reached through the pointer it holds: the
+/// piece claims its own elements only, where a copy of the `&mut` would claim the whole slice.
+///
+/// # Safety
+///
+/// `start + len` is within the slice; while the result lives, nothing else reaches these elements
+/// (other pieces are disjoint from it, and `*s` is not used).
+#[allow(unsafe_code)]
+#[allow(clippy::mut_from_ref)] // what it is for, under the contract above
+unsafe fn sub_slice<'b, T>(s: &'b &mut [T], start: usize, len: usize) -> &'b mut [T] {
+    // SAFETY: `&mut [T]` and `*mut [T]` have the same layout; reading the pointer reborrows
+    // nothing.
+    let whole = unsafe { (s as *const &mut [T]).cast::<*mut [T]>().read() };
+    assert!(
+        start <= whole.len() && len <= whole.len() - start,
+        "piece out of bounds"
+    );
+    // SAFETY: in bounds (above), and unaliased by the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(whole.cast::<T>().add(start), len) }
+}
+
+impl Weights<'_> {
+    /// Elements `start..start + len` as weights of their own, taken through `&self`.
+    ///
+    /// # Safety
+    ///
+    /// As [`sub_slice`]: in bounds, and nothing else reaches these elements while the piece lives.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn piece(&self, start: usize, len: usize) -> Weights<'_> {
+        // SAFETY: the caller's contract, for each buffer.
+        unsafe {
+            match self {
+                Weights::F32(w) => Weights::F32(sub_slice(w, start, len)),
+                Weights::Split { top, trail } => Weights::Split {
+                    top: sub_slice(top, start, len),
+                    trail: sub_slice(trail, start, len),
+                },
+                Weights::Bf16(w, r) => Weights::Bf16(sub_slice(w, start, len), *r),
+            }
+        }
+    }
+}
+
+impl<'a> Grads<'a> {
+    /// Elements `start..start + len`. Panics if they are out of bounds.
+    pub(crate) fn piece(&self, start: usize, len: usize) -> Grads<'a> {
+        match *self {
+            Grads::F32(g) => Grads::F32(&g[start..start + len]),
+            Grads::Bf16(g) => Grads::Bf16(&g[start..start + len]),
+        }
+    }
+}
+
+impl State<'_> {
+    /// Elements `start..start + len` as a state of their own, taken through `&self`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Weights::piece`].
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn piece(&self, start: usize, len: usize) -> State<'_> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self {
+                State::F32(s) => State::F32(sub_slice(s, start, len)),
+                State::Bf16(s, r) => State::Bf16(sub_slice(s, start, len), *r),
+            }
+        }
+    }
+}
+
+/// [`State::piece`] for an optional buffer.
+///
+/// # Safety
+///
+/// As [`Weights::piece`].
+#[allow(unsafe_code)]
+pub(crate) unsafe fn piece_optional<'b>(
+    s: &'b Option<State<'_>>,
+    start: usize,
+    len: usize,
+) -> Option<State<'b>> {
+    // SAFETY: the caller's contract.
+    s.as_ref().map(|s| unsafe { s.piece(start, len) })
+}
+
 /// [`State::reborrow`] for an optional buffer.
 pub(crate) fn reborrow_optional<'s>(s: &'s mut Option<State<'_>>) -> Option<State<'s>> {
     s.as_mut().map(State::reborrow)

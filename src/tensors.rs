@@ -4,13 +4,13 @@
 //! §3.2).
 
 use crate::rng::TensorStream;
-use crate::storage::{Grads, State, Weights, reborrow_optional, split_optional};
+use crate::storage::{Grads, State, Weights, piece_optional, reborrow_optional, split_optional};
 
 /// A family of tensor bundles (one optimizer's), cut and reborrowed by the thread pool. The
 /// optimizer configurations implement it ([`crate::optim::Step`] builds on it).
 pub trait Pieces: Sync + 'static {
     /// One tensor's buffers.
-    type Tensor<'a>: Send;
+    type Tensor<'a>: Send + Sync;
     /// Number of elements of `t`.
     fn tensor_len(t: &Self::Tensor<'_>) -> usize;
     /// Global element index of `t`'s element 0.
@@ -21,6 +21,17 @@ pub trait Pieces: Sync + 'static {
     fn split_at<'s>(t: Self::Tensor<'s>, mid: usize) -> (Self::Tensor<'s>, Self::Tensor<'s>)
     where
         Self: 's;
+    /// Elements `start..start + len` of `*t` as a tensor of their own (its stream offset by
+    /// `start`), taken through a shared reference: a team's members each take their pieces of the
+    /// group's tensors themselves, so the calling thread hands out three numbers per piece, not a
+    /// copy of every buffer's slice (`parallel::team_pieces`).
+    ///
+    /// # Safety
+    ///
+    /// In bounds; while the piece lives, nothing else reaches its elements (the pieces taken at
+    /// once are disjoint, and `*t` is not used to reach them).
+    #[allow(unsafe_code)]
+    unsafe fn piece<'b>(t: &'b Self::Tensor<'_>, start: usize, len: usize) -> Self::Tensor<'b>;
 }
 
 /// One tensor's buffers for an SGD step.
@@ -79,6 +90,26 @@ impl<'a> SgdTensor<'a> {
             },
         )
     }
+
+    /// Elements `start..start + len` as a tensor of their own, its stream starting at
+    /// `index_base + start`, taken through `&self` ([`Pieces::piece`]).
+    ///
+    /// # Safety
+    ///
+    /// In bounds for every buffer; while the piece lives, nothing else reaches its elements of
+    /// any buffer.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn piece(&self, start: usize, len: usize) -> SgdTensor<'_> {
+        // SAFETY: the caller's contract, for each buffer.
+        unsafe {
+            SgdTensor {
+                weights: self.weights.piece(start, len),
+                grads: self.grads.piece(start, len),
+                momentum: piece_optional(&self.momentum, start, len),
+                stream: self.stream.offset(start),
+            }
+        }
+    }
 }
 
 /// One tensor's buffers for an Adagrad step.
@@ -136,6 +167,26 @@ impl<'a> AdagradTensor<'a> {
                 stream: self.stream.offset(mid),
             },
         )
+    }
+
+    /// Elements `start..start + len` as a tensor of their own, its stream starting at
+    /// `index_base + start`, taken through `&self` ([`Pieces::piece`]).
+    ///
+    /// # Safety
+    ///
+    /// In bounds for every buffer; while the piece lives, nothing else reaches its elements of
+    /// any buffer.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn piece(&self, start: usize, len: usize) -> AdagradTensor<'_> {
+        // SAFETY: the caller's contract, for each buffer.
+        unsafe {
+            AdagradTensor {
+                weights: self.weights.piece(start, len),
+                grads: self.grads.piece(start, len),
+                sum: self.sum.piece(start, len),
+                stream: self.stream.offset(start),
+            }
+        }
     }
 }
 
@@ -206,6 +257,28 @@ impl<'a> AdamTensor<'a> {
                 stream: self.stream.offset(mid),
             },
         )
+    }
+
+    /// Elements `start..start + len` as a tensor of their own, its stream starting at
+    /// `index_base + start`, taken through `&self` ([`Pieces::piece`]).
+    ///
+    /// # Safety
+    ///
+    /// In bounds for every buffer; while the piece lives, nothing else reaches its elements of
+    /// any buffer.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn piece(&self, start: usize, len: usize) -> AdamTensor<'_> {
+        // SAFETY: the caller's contract, for each buffer.
+        unsafe {
+            AdamTensor {
+                weights: self.weights.piece(start, len),
+                grads: self.grads.piece(start, len),
+                exp_avg: self.exp_avg.piece(start, len),
+                exp_avg_sq: self.exp_avg_sq.piece(start, len),
+                max_exp_avg_sq: piece_optional(&self.max_exp_avg_sq, start, len),
+                stream: self.stream.offset(start),
+            }
+        }
     }
 }
 
@@ -285,5 +358,26 @@ impl<'a> LambTensor<'a> {
                 stream: self.stream.offset(mid),
             },
         )
+    }
+
+    /// Elements `start..start + len` as a tensor of their own, its stream starting at
+    /// `index_base + start`, taken through `&self` ([`Pieces::piece`]).
+    ///
+    /// # Safety
+    ///
+    /// In bounds for every buffer; while the piece lives, nothing else reaches its elements of
+    /// any buffer.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn piece(&self, start: usize, len: usize) -> LambTensor<'_> {
+        // SAFETY: the caller's contract, for each buffer.
+        unsafe {
+            LambTensor {
+                weights: self.weights.piece(start, len),
+                grads: self.grads.piece(start, len),
+                exp_avg: self.exp_avg.piece(start, len),
+                exp_avg_sq: self.exp_avg_sq.piece(start, len),
+                stream: self.stream.offset(start),
+            }
+        }
     }
 }

@@ -29,6 +29,11 @@ fn team_hand_out() {
 }
 
 #[test]
+fn team_pieces() {
+    internals::team_pieces();
+}
+
+#[test]
 fn openmp_hand_out() {
     internals::openmp_hand_out();
 }

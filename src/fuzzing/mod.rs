@@ -305,6 +305,11 @@ pub mod internals {
         crate::team::checks::every_item_once_and_panics_reach_the_caller();
     }
 
+    /// A team's members take pieces of one tensor at once, each element of each buffer once.
+    pub fn team_pieces() {
+        crate::optim::checks::members_take_pieces_of_one_tensor_at_once();
+    }
+
     /// The same on an OpenMP runtime's threads (a stand-in with libgomp's entry points).
     pub fn openmp_hand_out() {
         crate::team::checks::openmp_every_item_once_and_panics_reach_the_caller();

@@ -180,6 +180,11 @@ macro_rules! tensor_pieces {
             {
                 t.split_at(mid)
             }
+            #[allow(unsafe_code)]
+            unsafe fn piece<'b>(t: &'b $tensor<'_>, start: usize, len: usize) -> $tensor<'b> {
+                // SAFETY: the trait's contract is the method's.
+                unsafe { t.piece(start, len) }
+            }
         }
     };
 }
@@ -418,5 +423,103 @@ impl Engine {
         t: &mut LambTensor<'_>,
     ) -> Result<()> {
         config.step_one(self, ctx, t)
+    }
+}
+
+/// Checks of how a team's members take their pieces, run by `tests/internals.rs` (and Miri).
+#[cfg(feature = "fuzzing")]
+pub(crate) mod checks {
+    use super::*;
+    use crate::reference::round::Rounding;
+    use crate::rng::TensorStream;
+    use crate::storage::{Grads, State, Weights};
+    use half::bf16;
+
+    /// Writes each element's global index into every buffer of its piece, after checking that the
+    /// grads hold it.
+    struct MarkIndices;
+
+    impl Leaf<AdamConfig, ()> for MarkIndices {
+        fn run(&self, t: AdamTensor<'_>, _: ()) {
+            let base = t.stream.index_base as usize;
+            let Grads::F32(g) = t.grads else {
+                panic!("f32 grads")
+            };
+            for (i, &x) in g.iter().enumerate() {
+                assert_eq!(x, (base + i) as f32, "grads at {}", base + i);
+            }
+            let (
+                Weights::Split { top, trail },
+                State::F32(m),
+                State::Bf16(v, _),
+                Some(State::F32(x)),
+            ) = (t.weights, t.exp_avg, t.exp_avg_sq, t.max_exp_avg_sq)
+            else {
+                panic!("the storage this check builds")
+            };
+            for i in 0..top.len() {
+                let k = base + i;
+                top[i] = bf16::from_bits(k as u16);
+                trail[i] = (k >> 16) as u16;
+                m[i] = k as f32;
+                v[i] = bf16::from_bits(!(k as u16));
+                x[i] = -(k as f32);
+            }
+        }
+    }
+
+    /// A team of three with the finest grain cuts a 4500-element tensor at 4096 and gives its two
+    /// pieces to two members, which write them at once through `Pieces::piece` (Miri checks that
+    /// their borrows of the buffers do not overlap); every element of every buffer is written
+    /// once, with its own index.
+    pub(crate) fn members_take_pieces_of_one_tensor_at_once() {
+        let lens = [4500, 2100];
+        let total: usize = lens.iter().sum();
+        let grads: Vec<f32> = (0..total).map(|k| k as f32).collect();
+        let mut top = vec![bf16::ZERO; total];
+        let mut trail = vec![0u16; total];
+        let mut m = vec![0f32; total];
+        let mut v = vec![bf16::ZERO; total];
+        let mut x = vec![0f32; total];
+        {
+            let (mut top, mut trail, mut m, mut v, mut x) = (
+                top.as_mut_slice(),
+                trail.as_mut_slice(),
+                m.as_mut_slice(),
+                v.as_mut_slice(),
+                x.as_mut_slice(),
+            );
+            let mut ts = Vec::new();
+            let mut base = 0;
+            for len in lens {
+                let (t0, t1) = top.split_at_mut(len);
+                let (l0, l1) = trail.split_at_mut(len);
+                let (m0, m1) = m.split_at_mut(len);
+                let (v0, v1) = v.split_at_mut(len);
+                let (x0, x1) = x.split_at_mut(len);
+                (top, trail, m, v, x) = (t1, l1, m1, v1, x1);
+                ts.push(AdamTensor {
+                    weights: Weights::Split { top: t0, trail: l0 },
+                    grads: Grads::F32(&grads[base..base + len]),
+                    exp_avg: State::F32(m0),
+                    exp_avg_sq: State::Bf16(v0, Rounding::Stochastic),
+                    max_exp_avg_sq: Some(State::F32(x0)),
+                    stream: TensorStream {
+                        id: 0,
+                        index_base: base as u64,
+                    },
+                });
+                base += len;
+            }
+            let team = Threads::calling_thread_pool(3).unwrap().with_grain(1);
+            parallel::for_group::<AdamConfig, (), _>(&team, &mut ts, (), &MarkIndices);
+        }
+        for k in 0..total {
+            assert_eq!(top[k].to_bits(), k as u16, "top at {k}");
+            assert_eq!(trail[k], (k >> 16) as u16, "trail at {k}");
+            assert_eq!(m[k], k as f32, "exp_avg at {k}");
+            assert_eq!(v[k].to_bits(), !(k as u16), "exp_avg_sq at {k}");
+            assert_eq!(x[k], -(k as f32), "max_exp_avg_sq at {k}");
+        }
     }
 }
