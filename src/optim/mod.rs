@@ -460,7 +460,7 @@ pub(crate) mod checks {
             for i in 0..top.len() {
                 let k = base + i;
                 top[i] = bf16::from_bits(k as u16);
-                trail[i] = (k >> 16) as u16;
+                trail[i] = (k as u16).swap_bytes();
                 m[i] = k as f32;
                 v[i] = bf16::from_bits(!(k as u16));
                 x[i] = -(k as f32);
@@ -516,7 +516,7 @@ pub(crate) mod checks {
         }
         for k in 0..total {
             assert_eq!(top[k].to_bits(), k as u16, "top at {k}");
-            assert_eq!(trail[k], (k >> 16) as u16, "trail at {k}");
+            assert_eq!(trail[k], (k as u16).swap_bytes(), "trail at {k}");
             assert_eq!(m[k], k as f32, "exp_avg at {k}");
             assert_eq!(v[k].to_bits(), !(k as u16), "exp_avg_sq at {k}");
             assert_eq!(x[k], -(k as f32), "max_exp_avg_sq at {k}");
