@@ -396,6 +396,19 @@ impl Simd for Avx512 {
         }
     }
     #[inline(always)]
+    unsafe fn even_odd_lanes(a: __m512i, b: __m512i) -> [__m512i; 2] {
+        unsafe {
+            // One two-table `vpermt2d` per half: index `i < 16` is lane `i` of `a`, `16 + i` lane
+            // `i` of `b`.
+            let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+            let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+            [
+                _mm512_permutex2var_epi32(a, even, b),
+                _mm512_permutex2var_epi32(a, odd, b),
+            ]
+        }
+    }
+    #[inline(always)]
     unsafe fn lanes_in_order(even: __m512i, odd: __m512i) -> [__m512i; 2] {
         unsafe {
             // One two-table `vpermt2d` per chunk: index `i < 16` is lane `i` of `even`, `16 + i`

@@ -743,9 +743,20 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// order by the in-order loop ([`Self::PAIRED_DRAWS`]), or two chunks' bits from the block put
     /// in it (AVX2, [`RoundingBits::for_rounding_even_odd`]). Same bits: each element meets the
     /// same values and bits as in element order.
+    ///
+    /// An f32 buffer takes the order too, a permute per vector each way
+    /// ([`Access::EVEN_ODD_PERMUTES`]), where it is the step's one f32 state, the op divides and
+    /// no store draws bits (split Adagrad): there the divider hides the permutes while the 16-bit
+    /// buffers save their shuffles (Zen 5 VM, one thread: AVX-512 0.95× the time at 64K, 0.96×
+    /// at 1M; AVX2 0.91-0.92×). With two f32 states (Adam) the permutes cost 7-12%, with one
+    /// where the op does not divide (SGD) 6%, and beside bf16-SR weights the f32 sum 13-17% at
+    /// 1M on AVX-512; f32 weights and gradients stay in element order (docs/DESIGN.md).
     const EVEN_ODD: bool = V::EVEN_ODD
         && V::STORE_GROUP == 2
         && L::EVEN_ODD
+        && !L::W::EVEN_ODD_PERMUTES
+        && !L::G::EVEN_ODD_PERMUTES
+        && (L::PERMUTED_STATES == 0 || L::PERMUTED_STATES == 1 && O::DIVIDES && !L::MAY_DRAW_BITS)
         && (O::BY_LANE || O::EVEN_ODD_PAIRS && (Self::PAIRED_DRAWS || Self::PAIRS_FROM_BLOCKS))
         && (!Self::STORES_MAY_DRAW || Self::PAIRED_DRAWS || V::RNG_BLOCK);
 

@@ -106,8 +106,15 @@ trait Access<V: Simd>: Copy {
     const PAIRED_DRAWS: bool = false;
 
     /// Whether the kind loads and stores a pair of chunks in even/odd order
-    /// ([`Access::load_even_odd`]): the 16-bit kinds, and an absent buffer.
+    /// ([`Access::load_even_odd`]): the 16-bit kinds, an absent buffer, and f32 (at a cost:
+    /// [`Access::EVEN_ODD_PERMUTES`]).
     const EVEN_ODD: bool = false;
+
+    /// Whether the kind's even/odd order costs a permute per vector each way (f32: the pair's
+    /// two lines split into even and odd lanes), where the 16-bit kinds' costs nothing over
+    /// element order. The driver takes the order with such a buffer only where the divider
+    /// hides the permutes (`Driver::EVEN_ODD`).
+    const EVEN_ODD_PERMUTES: bool = false;
 
     /// Whether this buffer's stores draw random bits.
     #[inline(always)]
@@ -279,6 +286,34 @@ struct KeptBuf(ScratchBuf);
 impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
     const WIDE: bool = true;
     const CANONICAL: bool = CANONICAL;
+    const EVEN_ODD: bool = true;
+    const EVEN_ODD_PERMUTES: bool = true;
+
+    #[inline(always)]
+    unsafe fn load_even_odd(&self, off: isize) -> [V::F; 2] {
+        unsafe {
+            let a = V::to_bits(V::load(self.0.offset(off)));
+            let b = V::to_bits(V::load(self.0.offset(off + V::LANES as isize)));
+            let [even, odd] = V::even_odd_lanes(a, b);
+            [V::from_bits(even), V::from_bits(odd)]
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store_even_odd(
+        &self,
+        off: isize,
+        vs: [V::F; 2],
+        _rng: &mut RoundingBits<V>,
+        _e: u64,
+        _drawn: Option<[V::U; 2]>,
+    ) {
+        unsafe {
+            let [a, b] = V::lanes_in_order(V::to_bits(vs[0]), V::to_bits(vs[1]));
+            V::store(self.0.offset(off), V::from_bits(a));
+            V::store(self.0.offset(off + V::LANES as isize), V::from_bits(b));
+        }
+    }
 
     fn from_buf(b: Option<Buf>) -> Option<Self> {
         match b {
@@ -873,6 +908,12 @@ trait Layout<V: Simd> {
         && Self::S0::EVEN_ODD
         && Self::S1::EVEN_ODD
         && Self::S2::EVEN_ODD;
+
+    /// How many of the states are of a kind whose even/odd order permutes
+    /// ([`Access::EVEN_ODD_PERMUTES`]).
+    const PERMUTED_STATES: u8 = Self::S0::EVEN_ODD_PERMUTES as u8
+        + Self::S1::EVEN_ODD_PERMUTES as u8
+        + Self::S2::EVEN_ODD_PERMUTES as u8;
 
     /// Whether a buffer the step stores to can round stochastically (see [`Access::MAY_DRAW_BITS`]).
     const MAY_DRAW_BITS: bool = Self::W::MAY_DRAW_BITS
