@@ -283,6 +283,28 @@ type ScratchBuf = F32Buf<false>;
 #[derive(Clone, Copy)]
 struct KeptBuf(ScratchBuf);
 
+/// Two f32 chunks from `p` as a pair in even/odd order ([`Simd::even_odd_lanes`]).
+#[inline(always)]
+unsafe fn load_f32_even_odd<V: Simd>(p: *const f32) -> [V::F; 2] {
+    unsafe {
+        let a = V::to_bits(V::load(p));
+        let b = V::to_bits(V::load(p.add(V::LANES)));
+        let [even, odd] = V::even_odd_lanes(a, b);
+        [V::from_bits(even), V::from_bits(odd)]
+    }
+}
+
+/// Stores a pair given in even/odd order as two f32 chunks from `p`, in element order
+/// ([`Simd::lanes_in_order`]).
+#[inline(always)]
+unsafe fn store_f32_even_odd<V: Simd>(p: *mut f32, vs: [V::F; 2]) {
+    unsafe {
+        let [a, b] = V::lanes_in_order(V::to_bits(vs[0]), V::to_bits(vs[1]));
+        V::store(p, V::from_bits(a));
+        V::store(p.add(V::LANES), V::from_bits(b));
+    }
+}
+
 impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
     const WIDE: bool = true;
     const CANONICAL: bool = CANONICAL;
@@ -291,12 +313,7 @@ impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
 
     #[inline(always)]
     unsafe fn load_even_odd(&self, off: isize) -> [V::F; 2] {
-        unsafe {
-            let a = V::to_bits(V::load(self.0.offset(off)));
-            let b = V::to_bits(V::load(self.0.offset(off + V::LANES as isize)));
-            let [even, odd] = V::even_odd_lanes(a, b);
-            [V::from_bits(even), V::from_bits(odd)]
-        }
+        unsafe { load_f32_even_odd::<V>(self.0.offset(off)) }
     }
 
     #[inline(always)]
@@ -308,11 +325,7 @@ impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
         _e: u64,
         _drawn: Option<[V::U; 2]>,
     ) {
-        unsafe {
-            let [a, b] = V::lanes_in_order(V::to_bits(vs[0]), V::to_bits(vs[1]));
-            V::store(self.0.offset(off), V::from_bits(a));
-            V::store(self.0.offset(off + V::LANES as isize), V::from_bits(b));
-        }
+        unsafe { store_f32_even_odd::<V>(self.0.offset(off), vs) }
     }
 
     fn from_buf(b: Option<Buf>) -> Option<Self> {
@@ -733,11 +746,7 @@ impl<V: Simd> Access<V> for KeptBuf {
         _e: u64,
         _drawn: Option<[V::U; 2]>,
     ) {
-        unsafe {
-            let [a, b] = V::lanes_in_order(V::to_bits(vs[0]), V::to_bits(vs[1]));
-            V::store(self.0.0.offset(off), V::from_bits(a));
-            V::store(self.0.0.offset(off + V::LANES as isize), V::from_bits(b));
-        }
+        unsafe { store_f32_even_odd::<V>(self.0.0.offset(off), vs) }
     }
 
     #[inline(always)]
