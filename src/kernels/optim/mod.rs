@@ -275,11 +275,12 @@ struct Absent;
 /// all, since it is only read back by pass 2, which must see what it would have recomputed.
 type ScratchBuf = F32Buf<false>;
 
-/// LAMB's kept directions as pass 1 writes them: a [`ScratchBuf`] that also takes a pair of
-/// chunks in even/odd order, stored back in element order ([`crate::arch::Simd::lanes_in_order`]),
-/// so that pass 1 takes its pairs in even/odd order where its other buffers are 16-bit, and
-/// pass 2, whatever order it takes, reads each element where it lies. Pass 1 only writes it
-/// (its op reads no state slot 2), so it keeps the trait's `load_even_odd`, never called.
+/// LAMB's kept directions as pass 1 writes them: a [`ScratchBuf`] whose pairs in even/odd order,
+/// stored back in element order ([`crate::arch::Simd::lanes_in_order`]), do not count as
+/// permuting ([`Access::EVEN_ODD_PERMUTES`]), so that pass 1 takes its pairs in even/odd order
+/// wherever its other buffers are 16-bit, and pass 2, whatever order it takes, reads each element
+/// where it lies. Pass 1 only writes it (its op reads no state slot 2), so it keeps the trait's
+/// `load_even_odd`, never called.
 #[derive(Clone, Copy)]
 struct KeptBuf(ScratchBuf);
 
@@ -742,11 +743,11 @@ impl<V: Simd> Access<V> for KeptBuf {
         &self,
         off: isize,
         vs: [V::F; 2],
-        _rng: &mut RoundingBits<V>,
-        _e: u64,
-        _drawn: Option<[V::U; 2]>,
+        rng: &mut RoundingBits<V>,
+        e: u64,
+        drawn: Option<[V::U; 2]>,
     ) {
-        unsafe { store_f32_even_odd::<V>(self.0.0.offset(off), vs) }
+        unsafe { Access::<V>::store_even_odd(&self.0, off, vs, rng, e, drawn) }
     }
 
     #[inline(always)]
