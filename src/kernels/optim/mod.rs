@@ -284,7 +284,7 @@ type ScratchBuf = F32Buf<false>;
 #[derive(Clone, Copy)]
 struct KeptBuf(ScratchBuf);
 
-/// Two f32 chunks from `p` as a pair in even/odd order ([`Simd::even_odd_lanes`]).
+/// Two f32 chunks from `p` as a pair in even/odd order ([`crate::arch::Simd::even_odd_lanes`]).
 #[inline(always)]
 unsafe fn load_f32_even_odd<V: Simd>(p: *const f32) -> [V::F; 2] {
     unsafe {
@@ -296,7 +296,7 @@ unsafe fn load_f32_even_odd<V: Simd>(p: *const f32) -> [V::F; 2] {
 }
 
 /// Stores a pair given in even/odd order as two f32 chunks from `p`, in element order
-/// ([`Simd::lanes_in_order`]).
+/// ([`crate::arch::Simd::lanes_in_order`]).
 #[inline(always)]
 unsafe fn store_f32_even_odd<V: Simd>(p: *mut f32, vs: [V::F; 2]) {
     unsafe {
