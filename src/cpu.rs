@@ -322,9 +322,46 @@ fn prefetch_setting(value: Option<&str>) -> core::result::Result<Prefetch, Strin
     }
 }
 
+/// The environment variable that chooses where the AVX-512 Adagrad step takes its square roots:
+/// `split` (every other one on the multiply pipes), `divider`, or `auto` (split on Intel CPUs). The
+/// bits are the same either way.
+pub const ROOTS_ENV: &str = "HALFSTEP_ROOTS";
+
+/// Whether Adagrad's loops without a bf16 buffer take every other chunk's square root off the
+/// divider on a backend that can (`Simd::sqrt_off_divider`, AVX-512), the same bits either way.
+/// `auto` (or unset): on Intel CPUs, whose divider, shared by square roots and divisions, bounds
+/// Adagrad in cache (an Emerald Rapids CPU and 16-core Sapphire Rapids hosts: f32 Adagrad at 64K
+/// on one thread 0.74–0.91x the time, split 0.78–0.99x); not on AMD's, where it cost time (a probe
+/// loop on Zen 5: 1.13–1.21x).
+/// `split` and `divider` force it on and off. Decided once per process; another value is reported on
+/// stderr once and read as `auto`.
+pub(crate) fn roots_off_divider() -> bool {
+    static SETTING: OnceLock<bool> = OnceLock::new();
+    *SETTING.get_or_init(|| {
+        let value = std::env::var(ROOTS_ENV).ok();
+        match value.as_deref().map(str::trim) {
+            Some("split") => true,
+            Some("divider") => false,
+            None | Some("") | Some("auto") => cpu_id().0 == INTEL,
+            Some(other) => {
+                eprintln!(
+                    "halfstep: {ROOTS_ENV}={other:?} is not split, divider or auto; using auto"
+                );
+                cpu_id().0 == INTEL
+            }
+        }
+    })
+}
+
 /// `auto`'s choice, from the CPU's vendor, family and model (CPUID leaves 0 and 1).
-#[allow(unsafe_code)]
 fn prefetch_auto() -> Prefetch {
+    let (vendor, family, model) = cpu_id();
+    prefetch_for(vendor, family, model)
+}
+
+/// The CPU's vendor words (CPUID leaf 0: EBX, EDX, ECX), family and model; zeros off x86.
+#[allow(unsafe_code)]
+fn cpu_id() -> ((u32, u32, u32), u32, u32) {
     #[cfg(target_arch = "x86_64")]
     {
         #[allow(unused_unsafe)]
@@ -344,11 +381,10 @@ fn prefetch_auto() -> Prefetch {
             base
         };
         let model = ((r1.eax >> 12) & 0xf0) | ((r1.eax >> 4) & 0xf);
-        prefetch_for((r0.ebx, r0.edx, r0.ecx), family, model)
+        ((r0.ebx, r0.edx, r0.ecx), family, model)
     }
-    // No x86 vendor: off.
     #[cfg(not(target_arch = "x86_64"))]
-    prefetch_for((0, 0, 0), 0, 0)
+    ((0, 0, 0), 0, 0)
 }
 
 /// The vendor words of CPUID leaf 0 (EBX, EDX, ECX) for Intel and AMD.

@@ -13,6 +13,12 @@ fn even_odd_forms_match_their_definition_on_every_backend() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "2^31 square roots: too slow under Miri")]
+fn square_roots_off_the_divider_match_the_divider_on_every_backend() {
+    internals::square_roots();
+}
+
+#[test]
 #[cfg_attr(miri, ignore = "CPUID is not supported under Miri")]
 fn prefetch_setting_reads_on_off_auto_and_follows_the_cpu() {
     internals::prefetch_setting();

@@ -77,6 +77,15 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
     unsafe fn div(a: Self::F, b: Self::F) -> Self::F;
     unsafe fn sqrt(a: Self::F) -> Self::F;
+    /// Whether [`Self::sqrt_off_divider`] leaves the divider free (AVX-512), rather than being
+    /// [`Self::sqrt`] itself.
+    const SQRT_OFF_DIVIDER: bool = false;
+    /// [`Self::sqrt`]'s bits, computed where the backend can on the multiply pipes, which leaves
+    /// the divider, shared by square roots and divisions, to the rest of the loop.
+    #[inline(always)]
+    unsafe fn sqrt_off_divider(a: Self::F) -> Self::F {
+        unsafe { Self::sqrt(a) }
+    }
     /// `a * b + c`, rounded once.
     unsafe fn fma(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
     unsafe fn is_nan(a: Self::F) -> Self::M;
@@ -653,6 +662,53 @@ pub(crate) mod checks {
                         back.map(f64::to_bits),
                         "{name}: from lanes"
                     );
+                }
+            }
+        }
+    }
+
+    /// [`Simd::sqrt_off_divider`] against [`Simd::sqrt`], bit for bit: every f32 whose sign bit
+    /// is clear (zero, subnormals, normals, infinity, NaNs), a vector of 16 consecutive bit
+    /// patterns at a time, so that vectors mixing the lanes it covers with those it leaves to the
+    /// divider are among them; and every 65537th pattern with the sign set. Where the backend's
+    /// is `sqrt` itself there is nothing to compare.
+    #[inline(always)]
+    pub(crate) unsafe fn check_sqrt_off_divider<V: Simd>(name: &str) {
+        if !V::SQRT_OFF_DIVIDER {
+            return;
+        }
+        let step = V::LANES as u32;
+        // Lane by lane where a range of vectors differs somewhere (the OR of the differences).
+        let differ = |first: u32| unsafe {
+            let x = V::from_bits(V::add_u(V::iota(), V::splat_u(first)));
+            V::sub_u(V::to_bits(V::sqrt_off_divider(x)), V::to_bits(V::sqrt(x)))
+        };
+        let report = |first: u32| {
+            // SAFETY: the caller runs this with `V`'s target features.
+            let (got, want) = unsafe {
+                let x = V::from_bits(vector::<V>(|l| first.wrapping_add(l as u32)));
+                (
+                    lanes::<V>(V::to_bits(V::sqrt_off_divider(x))),
+                    lanes::<V>(V::to_bits(V::sqrt(x))),
+                )
+            };
+            for l in 0..V::LANES {
+                let input = first.wrapping_add(l as u32);
+                assert_eq!(got[l], want[l], "{name}: sqrt of {input:#010x}");
+            }
+        };
+        let ranges = (0..1u32 << 31)
+            .step_by(1 << 20)
+            .map(|start| (start, start + (1 << 20), step))
+            .chain(core::iter::once((1u32 << 31, u32::MAX - step, 65537)));
+        for (start, end, stride) in ranges {
+            let mut acc = unsafe { V::splat_u(0) };
+            for first in (start..end).step_by(stride as usize) {
+                acc = unsafe { V::or_u(acc, differ(first)) };
+            }
+            if unsafe { lanes::<V>(acc) }.iter().any(|&d| d != 0) {
+                for first in (start..end).step_by(stride as usize) {
+                    report(first);
                 }
             }
         }

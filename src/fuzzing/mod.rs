@@ -286,6 +286,12 @@ pub mod internals {
         crate::kernels::bits::checks::even_odd_forms_on_every_backend();
     }
 
+    /// Each backend's square root off the divider against its `sqrt`, on every f32 with the sign
+    /// clear and a sample of the rest.
+    pub fn square_roots() {
+        crate::kernels::bits::checks::square_roots_on_every_backend();
+    }
+
     /// `HALFSTEP_PREFETCH` values, `auto`'s choice by CPU, the step pieces each choice
     /// prefetches, and how that rule sees each storage layout.
     pub fn prefetch_setting() {

@@ -1640,4 +1640,9 @@ pub(crate) mod checks {
     pub(crate) fn even_odd_forms_on_every_backend() {
         on_every_backend!(crate::arch::checks::check_even_odd);
     }
+
+    /// `Simd::sqrt_off_divider` against `Simd::sqrt` on every backend this CPU runs.
+    pub(crate) fn square_roots_on_every_backend() {
+        on_every_backend!(crate::arch::checks::check_sqrt_off_divider);
+    }
 }
