@@ -1,6 +1,7 @@
-//! The CPU this process runs on: which backends it can run ([`Backend`]) and whether the x86
-//! backends issue software prefetches ([`software_prefetch`]). Below everything that computes, so
-//! that kernels and errors can name a backend without reaching up to the dispatch table.
+//! The CPU this process runs on: which backends it can run ([`Backend`]), whether the x86
+//! backends issue software prefetches ([`software_prefetch`]) and where AVX-512's Adagrad takes its
+//! square roots ([`ROOTS_ENV`]). Below everything that computes, so that kernels and errors can
+//! name a backend without reaching up to the dispatch table.
 
 use std::sync::OnceLock;
 
