@@ -324,7 +324,9 @@ unsafe fn fill(ghz: f64) {
 
 /// The square root of `x` from `vrsqrt14ps`, one Newton step and a correction to the nearest,
 /// with the lanes it does not cover: special values, negative numbers, and magnitudes under 2^-96,
-/// where x - s² would lose bits. +0 gives +0.
+/// where x - s² would lose bits. +0 gives +0. The library's `Avx512::sqrt_off_divider` is this
+/// sequence (with `vsqrtps` for a vector with an uncovered lane); this probe is compiled alone by
+/// `rustc`, so it keeps its own copy.
 #[target_feature(enable = "avx512f")]
 unsafe fn sqrt_newton(x: __m512) -> (__m512, u16) {
     let b = _mm512_castps_si512(x);

@@ -98,3 +98,31 @@ pub(crate) unsafe fn adagrad<V: Simd>(
         );
     }
 }
+
+/// Whether chunk `i` of a group of `group` at global index `e` takes its square root off the
+/// divider (`Simd::sqrt_off_divider`), where `split_roots` ([`crate::cpu::roots_off_divider`]):
+/// every other chunk, by its place in a group (a constant once inlined) or, a chunk alone, by its
+/// index. A test on the index inside a group's loop cost split Adagrad the gain (1.00x the time at
+/// 64K on the Emerald Rapids VM, against 0.80x).
+#[inline(always)]
+fn off_divider<V: Simd>(split_roots: bool, e: u64, i: usize, group: usize) -> bool {
+    V::SQRT_OFF_DIVIDER
+        && split_roots
+        && if group >= 2 {
+            i % 2 == 1
+        } else {
+            (e / V::LANES as u64) % 2 == 1
+        }
+}
+
+/// The square root of `x` by the divider or off it ([`off_divider`]): the same bits.
+#[inline(always)]
+unsafe fn root<V: Simd>(x: V::F, off_divider: bool) -> V::F {
+    unsafe {
+        if off_divider {
+            V::sqrt_off_divider(x)
+        } else {
+            V::sqrt(x)
+        }
+    }
+}

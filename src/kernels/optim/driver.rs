@@ -73,8 +73,8 @@ pub(super) trait ElementOp<V: Simd> {
         drawn: ChunkBits<V>,
     );
     /// `apply` on chunk `i` of a group of `g` chunks ([`compute_group`]; both constants once
-    /// inlined), for an op that treats a group's chunks differently (Adagrad's square roots,
-    /// [`off_divider`]). Where the op tests NaNs per group ([`ElementOp::NAN_TEST_PER_GROUP`]).
+    /// inlined), for an op that treats a group's chunks differently (Adagrad's square roots).
+    /// Where the op tests NaNs per group ([`ElementOp::NAN_TEST_PER_GROUP`]).
     #[inline(always)]
     unsafe fn apply_in_group<L: Layout<V>>(
         &mut self,
@@ -1263,34 +1263,6 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
 /// ([`StepBuffers::of_op`]).
 pub(super) const fn step_buffers<V: Simd, L: Layout<V>, O: ElementOp<V>>() -> StepBuffers {
     L::BUFFERS.of_op(O::DIVIDES, O::WRITE_W && <L::G as Access<V>>::PRESENT)
-}
-
-/// Whether chunk `i` of a group of `group` at global index `e` takes its square root off the
-/// divider (`Simd::sqrt_off_divider`), where `split_roots` ([`crate::cpu::roots_off_divider`]):
-/// every other chunk, by its place in a group (a constant once inlined) or, a chunk alone, by its
-/// index. A test on the index inside a group's loop cost split Adagrad the gain (1.00x the time at
-/// 64K on the Emerald Rapids VM, against 0.80x).
-#[inline(always)]
-pub(super) fn off_divider<V: Simd>(split_roots: bool, e: u64, i: usize, group: usize) -> bool {
-    V::SQRT_OFF_DIVIDER
-        && split_roots
-        && if group >= 2 {
-            i % 2 == 1
-        } else {
-            (e / V::LANES as u64) % 2 == 1
-        }
-}
-
-/// The square root of `x` by the divider or off it ([`off_divider`]): the same bits.
-#[inline(always)]
-pub(super) unsafe fn root<V: Simd>(x: V::F, off_divider: bool) -> V::F {
-    unsafe {
-        if off_divider {
-            V::sqrt_off_divider(x)
-        } else {
-            V::sqrt(x)
-        }
-    }
 }
 
 /// `weight_decay != 0`, decided once per call. `black_box` keeps it a `bool`: otherwise LLVM
