@@ -2,8 +2,9 @@
 //! AVX2 bit fill's loop costs when written by hand (docs/DESIGN.md, "Zen 5's vector pipes" and "AVX2's
 //! optimizers run the fill and then the step"; "Not kept" for the square root).
 //!
-//! - pipes: six independent 256-bit instructions of a kind, alone and interleaved with six
-//!   `vaesenc`; where the pair takes the sum of the two, they share the rounds' pipes.
+//! - pipes: six independent 256-bit (and, where the CPU has AVX-512, 512-bit) instructions of a
+//!   kind, alone and interleaved with six `vaesenc`; where the pair takes the sum of the two, they
+//!   share the rounds' pipes.
 //! - divider: independent `vsqrtps` and `vdivps` on 256 and 512 bits.
 //! - fill: one span of the AVX2 fill (eight counter vectors, 40 rounds, 128 elements) with the
 //!   stores of each block layout, as `asm!`.
@@ -114,6 +115,62 @@ fn pipes(ghz: f64) {
     six!(ghz, "vpermpd", "vpermpd", "ymm14, 0xd8");
     six!(ghz, "vpermd", "vpermd", "ymm14, ymm15");
     six!(ghz, "vperm2i128", "vperm2i128", "ymm14, ymm15, 0x20");
+}
+
+/// As [`pair!`] on 512 bits: six of one instruction (zmm6..zmm11 from zmm14, zmm15), alone and
+/// beside six 512-bit `vaesenc` (zmm0..zmm5).
+macro_rules! pair512 {
+    ($ghz:expr, $name:expr, $($a:expr),+) => {{
+        let alone = cycles($ghz, || unsafe {
+            asm!($($a),+, out("zmm6") _, out("zmm7") _, out("zmm8") _, out("zmm9") _,
+                 out("zmm10") _, out("zmm11") _, out("zmm14") _, out("zmm15") _)
+        });
+        let mixed = cycles($ghz, || unsafe {
+            asm!("vaesenc zmm0, zmm14, zmm15", "vaesenc zmm1, zmm14, zmm15",
+                 "vaesenc zmm2, zmm14, zmm15", "vaesenc zmm3, zmm14, zmm15",
+                 "vaesenc zmm4, zmm14, zmm15", "vaesenc zmm5, zmm14, zmm15",
+                 $($a),+, out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+                 out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _, out("zmm8") _,
+                 out("zmm9") _, out("zmm10") _, out("zmm11") _, out("zmm14") _, out("zmm15") _)
+        });
+        println!("| {} | {:.1} | {:.1} |", $name, alone, mixed);
+    }};
+}
+
+/// Six of `$op` with operands `$rest`, one per destination zmm6..zmm11.
+macro_rules! six512 {
+    ($ghz:expr, $name:expr, $op:literal, $rest:literal) => {
+        pair512!(
+            $ghz,
+            $name,
+            concat!($op, " zmm6, ", $rest),
+            concat!($op, " zmm7, ", $rest),
+            concat!($op, " zmm8, ", $rest),
+            concat!($op, " zmm9, ", $rest),
+            concat!($op, " zmm10, ", $rest),
+            concat!($op, " zmm11, ", $rest)
+        )
+    };
+}
+
+/// The 512-bit kinds of the AVX-512 loops and of `fill_bits`' element order (`vpermw`, or a
+/// `vpshufb` and a `vpermq`) beside the 512-bit rounds.
+#[target_feature(enable = "avx512f,avx512bw,vaes")]
+unsafe fn pipes_512(ghz: f64) {
+    println!("\n512-bit instructions beside the AES rounds (cycles per six)\n");
+    println!("| six of | alone | with six `vaesenc` |\n|---|---|---|");
+    six512!(ghz, "vaesenc", "vaesenc", "zmm14, zmm15");
+    six512!(ghz, "vfmadd213ps", "vfmadd213ps", "zmm14, zmm15");
+    six512!(ghz, "vpaddd", "vpaddd", "zmm14, zmm15");
+    six512!(ghz, "vpandd", "vpandd", "zmm14, zmm15");
+    six512!(ghz, "vpternlogd", "vpternlogd", "zmm14, zmm15, 0x96");
+    six512!(ghz, "vpblendmw", "vpblendmw", "zmm14, zmm15");
+    six512!(ghz, "vpsrld", "vpsrld", "zmm14, 16");
+    six512!(ghz, "vpshufb", "vpshufb", "zmm14, zmm15");
+    six512!(ghz, "vpermd", "vpermd", "zmm14, zmm15");
+    six512!(ghz, "vpermq", "vpermq", "zmm14, zmm15");
+    six512!(ghz, "vpermw", "vpermw", "zmm14, zmm15");
+    six512!(ghz, "vpermt2w", "vpermt2w", "zmm14, zmm15");
 }
 
 /// Cycles per instruction of four independent `$op`s with sources `$srcs` (`{x}`: `$x`, in a
@@ -454,6 +511,11 @@ fn main() {
         unsafe { fill(ghz) };
     } else {
         println!("no AVX2 with VAES: pipes and fill skipped");
+    }
+    if is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("vaes") {
+        unsafe { pipes_512(ghz) };
+    } else {
+        println!("no AVX-512 with VAES: the 512-bit pipes skipped");
     }
     if is_x86_feature_detected!("avx") {
         divider(ghz);
