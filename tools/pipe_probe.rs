@@ -57,40 +57,42 @@ fn clock_ghz() -> f64 {
     (n * 8 * 3) as f64 / best / 1e9
 }
 
-/// Six of one instruction (`$a` applied to ymm6..ymm11 from ymm14, ymm15), alone and beside six
-/// `vaesenc` (ymm0..ymm5).
-macro_rules! pair {
-    ($ghz:expr, $name:expr, $($a:expr),+) => {{
-        let alone = cycles($ghz, || unsafe {
-            asm!($($a),+, out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _,
-                 out("ymm10") _, out("ymm11") _, out("ymm14") _, out("ymm15") _)
-        });
-        let mixed = cycles($ghz, || unsafe {
-            asm!("vaesenc ymm0, ymm14, ymm15", "vaesenc ymm1, ymm14, ymm15",
-                 "vaesenc ymm2, ymm14, ymm15", "vaesenc ymm3, ymm14, ymm15",
-                 "vaesenc ymm4, ymm14, ymm15", "vaesenc ymm5, ymm14, ymm15",
-                 $($a),+, out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
-                 out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _, out("ymm8") _,
-                 out("ymm9") _, out("ymm10") _, out("ymm11") _, out("ymm14") _, out("ymm15") _)
-        });
-        println!("| {} | {:.1} | {:.1} |", $name, alone, mixed);
-    }};
+/// Six lines of `$op` into registers `$r` of width `$w` (`ymm` or `zmm`), operands `$rest`.
+macro_rules! six_of {
+    ($w:literal, $op:literal, $rest:expr, $($r:literal),+) => {
+        concat!($($op, " ", $w, $r, ", ", $rest, "\n"),+)
+    };
 }
 
-/// Six of `$op` with operands `$rest`, one per destination ymm6..ymm11.
+/// Six of one instruction (`$op` into registers 6..11 of width `$w` with operands `$rest`), alone
+/// and beside six `vaesenc` of that width (registers 0..5): cycles per loop of each.
 macro_rules! six {
-    ($ghz:expr, $name:expr, $op:literal, $rest:literal) => {
-        pair!(
-            $ghz,
-            $name,
-            concat!($op, " ymm6, ", $rest),
-            concat!($op, " ymm7, ", $rest),
-            concat!($op, " ymm8, ", $rest),
-            concat!($op, " ymm9, ", $rest),
-            concat!($op, " ymm10, ", $rest),
-            concat!($op, " ymm11, ", $rest)
-        )
-    };
+    ($ghz:expr, $w:literal, $op:literal, $rest:literal) => {{
+        let alone = cycles($ghz, || unsafe {
+            asm!(
+                six_of!($w, $op, $rest, "6", "7", "8", "9", "10", "11"),
+                clobber_abi("C")
+            )
+        });
+        let mixed = cycles($ghz, || unsafe {
+            asm!(
+                six_of!(
+                    $w,
+                    "vaesenc",
+                    concat!($w, "14, ", $w, "15"),
+                    "0",
+                    "1",
+                    "2",
+                    "3",
+                    "4",
+                    "5"
+                ),
+                six_of!($w, $op, $rest, "6", "7", "8", "9", "10", "11"),
+                clobber_abi("C")
+            )
+        });
+        println!("| {} | {:.1} | {:.1} |", $op, alone, mixed);
+    }};
 }
 
 fn pipes(ghz: f64) {
@@ -98,59 +100,23 @@ fn pipes(ghz: f64) {
         "\n256-bit instructions beside the AES rounds (cycles per six; `vaesenc` alone in the first row)\n"
     );
     println!("| six of | alone | with six `vaesenc` |\n|---|---|---|");
-    six!(ghz, "vaesenc", "vaesenc", "ymm14, ymm15");
-    six!(ghz, "vmulps", "vmulps", "ymm14, ymm15");
-    six!(ghz, "vfmadd213ps", "vfmadd213ps", "ymm14, ymm15");
-    six!(ghz, "vaddps", "vaddps", "ymm14, ymm15");
-    six!(ghz, "vpaddd", "vpaddd", "ymm14, ymm15");
-    six!(ghz, "vpand", "vpand", "ymm14, ymm15");
-    six!(ghz, "vpsrld", "vpsrld", "ymm14, 16");
-    six!(ghz, "vpblendw", "vpblendw", "ymm14, ymm15, 0xaa");
-    six!(ghz, "vshufps", "vshufps", "ymm14, ymm15, 0x88");
-    six!(ghz, "vpshufd", "vpshufd", "ymm14, 0xb1");
-    six!(ghz, "vpunpckldq", "vpunpckldq", "ymm14, ymm15");
-    six!(ghz, "vpshufb", "vpshufb", "ymm14, ymm15");
-    six!(ghz, "vpackusdw", "vpackusdw", "ymm14, ymm15");
-    six!(ghz, "vpermq", "vpermq", "ymm14, 0xd8");
-    six!(ghz, "vpermpd", "vpermpd", "ymm14, 0xd8");
-    six!(ghz, "vpermd", "vpermd", "ymm14, ymm15");
-    six!(ghz, "vperm2i128", "vperm2i128", "ymm14, ymm15, 0x20");
-}
-
-/// As [`pair!`] on 512 bits: six of one instruction (zmm6..zmm11 from zmm14, zmm15), alone and
-/// beside six 512-bit `vaesenc` (zmm0..zmm5).
-macro_rules! pair512 {
-    ($ghz:expr, $name:expr, $($a:expr),+) => {{
-        let alone = cycles($ghz, || unsafe {
-            asm!($($a),+, out("zmm6") _, out("zmm7") _, out("zmm8") _, out("zmm9") _,
-                 out("zmm10") _, out("zmm11") _, out("zmm14") _, out("zmm15") _)
-        });
-        let mixed = cycles($ghz, || unsafe {
-            asm!("vaesenc zmm0, zmm14, zmm15", "vaesenc zmm1, zmm14, zmm15",
-                 "vaesenc zmm2, zmm14, zmm15", "vaesenc zmm3, zmm14, zmm15",
-                 "vaesenc zmm4, zmm14, zmm15", "vaesenc zmm5, zmm14, zmm15",
-                 $($a),+, out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-                 out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _, out("zmm8") _,
-                 out("zmm9") _, out("zmm10") _, out("zmm11") _, out("zmm14") _, out("zmm15") _)
-        });
-        println!("| {} | {:.1} | {:.1} |", $name, alone, mixed);
-    }};
-}
-
-/// Six of `$op` with operands `$rest`, one per destination zmm6..zmm11.
-macro_rules! six512 {
-    ($ghz:expr, $name:expr, $op:literal, $rest:literal) => {
-        pair512!(
-            $ghz,
-            $name,
-            concat!($op, " zmm6, ", $rest),
-            concat!($op, " zmm7, ", $rest),
-            concat!($op, " zmm8, ", $rest),
-            concat!($op, " zmm9, ", $rest),
-            concat!($op, " zmm10, ", $rest),
-            concat!($op, " zmm11, ", $rest)
-        )
-    };
+    six!(ghz, "ymm", "vaesenc", "ymm14, ymm15");
+    six!(ghz, "ymm", "vmulps", "ymm14, ymm15");
+    six!(ghz, "ymm", "vfmadd213ps", "ymm14, ymm15");
+    six!(ghz, "ymm", "vaddps", "ymm14, ymm15");
+    six!(ghz, "ymm", "vpaddd", "ymm14, ymm15");
+    six!(ghz, "ymm", "vpand", "ymm14, ymm15");
+    six!(ghz, "ymm", "vpsrld", "ymm14, 16");
+    six!(ghz, "ymm", "vpblendw", "ymm14, ymm15, 0xaa");
+    six!(ghz, "ymm", "vshufps", "ymm14, ymm15, 0x88");
+    six!(ghz, "ymm", "vpshufd", "ymm14, 0xb1");
+    six!(ghz, "ymm", "vpunpckldq", "ymm14, ymm15");
+    six!(ghz, "ymm", "vpshufb", "ymm14, ymm15");
+    six!(ghz, "ymm", "vpackusdw", "ymm14, ymm15");
+    six!(ghz, "ymm", "vpermq", "ymm14, 0xd8");
+    six!(ghz, "ymm", "vpermpd", "ymm14, 0xd8");
+    six!(ghz, "ymm", "vpermd", "ymm14, ymm15");
+    six!(ghz, "ymm", "vperm2i128", "ymm14, ymm15, 0x20");
 }
 
 /// The 512-bit kinds of the AVX-512 loops and of `fill_bits`' element order (`vpermw`, or a
@@ -159,18 +125,18 @@ macro_rules! six512 {
 unsafe fn pipes_512(ghz: f64) {
     println!("\n512-bit instructions beside the AES rounds (cycles per six)\n");
     println!("| six of | alone | with six `vaesenc` |\n|---|---|---|");
-    six512!(ghz, "vaesenc", "vaesenc", "zmm14, zmm15");
-    six512!(ghz, "vfmadd213ps", "vfmadd213ps", "zmm14, zmm15");
-    six512!(ghz, "vpaddd", "vpaddd", "zmm14, zmm15");
-    six512!(ghz, "vpandd", "vpandd", "zmm14, zmm15");
-    six512!(ghz, "vpternlogd", "vpternlogd", "zmm14, zmm15, 0x96");
-    six512!(ghz, "vpblendmw", "vpblendmw", "zmm14, zmm15");
-    six512!(ghz, "vpsrld", "vpsrld", "zmm14, 16");
-    six512!(ghz, "vpshufb", "vpshufb", "zmm14, zmm15");
-    six512!(ghz, "vpermd", "vpermd", "zmm14, zmm15");
-    six512!(ghz, "vpermq", "vpermq", "zmm14, zmm15");
-    six512!(ghz, "vpermw", "vpermw", "zmm14, zmm15");
-    six512!(ghz, "vpermt2w", "vpermt2w", "zmm14, zmm15");
+    six!(ghz, "zmm", "vaesenc", "zmm14, zmm15");
+    six!(ghz, "zmm", "vfmadd213ps", "zmm14, zmm15");
+    six!(ghz, "zmm", "vpaddd", "zmm14, zmm15");
+    six!(ghz, "zmm", "vpandd", "zmm14, zmm15");
+    six!(ghz, "zmm", "vpternlogd", "zmm14, zmm15, 0x96");
+    six!(ghz, "zmm", "vpblendmw", "zmm14, zmm15");
+    six!(ghz, "zmm", "vpsrld", "zmm14, 16");
+    six!(ghz, "zmm", "vpshufb", "zmm14, zmm15");
+    six!(ghz, "zmm", "vpermd", "zmm14, zmm15");
+    six!(ghz, "zmm", "vpermq", "zmm14, zmm15");
+    six!(ghz, "zmm", "vpermw", "zmm14, zmm15");
+    six!(ghz, "zmm", "vpermt2w", "zmm14, zmm15");
 }
 
 /// Cycles per instruction of four independent `$op`s with sources `$srcs` (`{x}`: `$x`, in a
