@@ -1,6 +1,7 @@
 //! The CPU this process runs on: which backends it can run ([`Backend`]), whether the x86
-//! backends issue software prefetches ([`software_prefetch`]) and where AVX-512's Adagrad takes its
-//! square roots ([`ROOTS_ENV`]). Below everything that computes, so that kernels and errors can
+//! backends issue software prefetches ([`software_prefetch`]), where AVX-512's Adagrad takes its
+//! square roots ([`ROOTS_ENV`]) and how its bulk fill of random bits orders them
+//! ([`packs_beside_aes`]). Below everything that computes, so that kernels and errors can
 //! name a backend without reaching up to the dispatch table.
 
 use std::sync::OnceLock;
@@ -352,6 +353,17 @@ pub(crate) fn roots_off_divider() -> bool {
             }
         }
     })
+}
+
+/// Whether `fill_bits` puts the values in element order by two shuffles that issue beside the
+/// AES rounds rather than by one on their port (`Simd::pack_u16_halves_beside_aes`; the same
+/// bits): on Intel CPUs, whose 512-bit `vpermw` issues on the port of the 512-bit rounds (the
+/// Emerald Rapids VM: 0.054–0.064 ns per 16 bits against 0.064–0.071, `convert_timer`); not on
+/// AMD's, where each of the two takes a share of the pipes the rounds use (not measured there).
+/// Decided once per process.
+pub(crate) fn packs_beside_aes() -> bool {
+    static SETTING: OnceLock<bool> = OnceLock::new();
+    *SETTING.get_or_init(|| cpu_id().0 == INTEL)
 }
 
 /// `auto`'s choice, from the CPU's vendor, family and model (CPUID leaves 0 and 1).

@@ -106,7 +106,7 @@ unsafe fn ars_vaes512<const R: usize, const ORDER: u8>(out: &mut [u16], seed: u6
     // ORDER 1 and 2: SPEC.md §3.2's element order, as `fill_bits` stores the values: the low halves
     // of a vector's 16 words, then the high halves; by one `vpermw` per 32 roundings (1), or by a
     // `vpshufb` within each 128-bit lane and a `vpermq` of the lanes' halves (2), which on Intel
-    // CPUs leave the rounds' port to them.
+    // CPUs leave the rounds' port to them (as `fill_bits` there).
     let order = _mm512_set_epi16(
         31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0,
     );
@@ -120,7 +120,13 @@ unsafe fn ars_vaes512<const R: usize, const ORDER: u8>(out: &mut [u16], seed: u6
             x[i] = _mm512_aesenclast_epi128(x[i], rk[R]);
             let y = match ORDER {
                 1 => _mm512_permutexvar_epi16(order, x[i]),
-                2 => _mm512_permutexvar_epi64(halves, _mm512_shuffle_epi8(x[i], lanes)),
+                2 => {
+                    // `asm!`: LLVM folds the two intrinsics back into the one `vpermw`.
+                    let mut y = x[i];
+                    std::arch::asm!("vpshufb {y}, {y}, {l}", "vpermq {y}, {h}, {y}", y = inout(zmm_reg) y,
+                        l = in(zmm_reg) lanes, h = in(zmm_reg) halves, options(pure, nomem, nostack));
+                    y
+                }
                 _ => x[i],
             };
             _mm512_storeu_si512(p.add(v + i) as *mut _, y);

@@ -285,6 +285,15 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn pack_u16_halves(v: Self::U) -> Self::U {
         v
     }
+    /// Whether [`Simd::pack_u16_halves_beside_aes`] is a form of its own.
+    const PACKS_BESIDE_AES: bool = false;
+    /// [`Simd::pack_u16_halves`] by operations that issue beside the AES rounds rather than on
+    /// their port: the same result. For `fill_bits`, whose loop is the rounds and this, on the
+    /// CPUs where that pays ([`crate::cpu::packs_beside_aes`]).
+    #[inline(always)]
+    unsafe fn pack_u16_halves_beside_aes(v: Self::U) -> Self::U {
+        unsafe { Self::pack_u16_halves(v) }
+    }
     /// Stores the low 16 bits of each lane of `v` (as [`Simd::pack_u16_halves`] left it).
     #[inline(always)]
     unsafe fn store_packed_lo(lo: *mut u16, packed: Self::U) {

@@ -472,13 +472,28 @@ pub(crate) trait BitsFill {
 }
 
 /// The bulk fill: whole spans stored as words.
-struct FillBits<'a, V: Simd> {
+struct FillBits<'a, V: Simd, const BESIDE_AES: bool> {
     /// As words: `full_run` stores both halves of each at once.
     rng: &'a mut GroupBits<V, true>,
     dst: *mut u16,
 }
 
-impl<V: Simd> FillBits<'_, V> {
+impl<V: Simd, const BESIDE_AES: bool> FillBits<'_, V, BESIDE_AES> {
+    /// Word vector `w`'s low halves to `lo`, its high halves to `lo + 16`: packed by
+    /// [`crate::arch::Simd::pack_u16_halves_beside_aes`] where `BESIDE_AES`.
+    #[inline(always)]
+    unsafe fn store_halves(lo: *mut u16, w: V::U) {
+        unsafe {
+            if BESIDE_AES {
+                let packed = V::pack_u16_halves_beside_aes(w);
+                V::store_packed_lo(lo, packed);
+                V::store_packed_hi(lo.add(16), packed);
+            } else {
+                V::store_u16_halves(lo.add(16), lo, w);
+            }
+        }
+    }
+
     /// The 32 elements from `e` (a multiple of 32) through the span cache.
     #[inline(always)]
     unsafe fn words32(&mut self, off: isize, e: u64) {
@@ -486,14 +501,13 @@ impl<V: Simd> FillBits<'_, V> {
             let l = V::LANES;
             for j in 0..16 / l {
                 let w = self.rng.word32(e, j);
-                let lo = self.dst.offset(off + (j * l) as isize);
-                V::store_u16_halves(lo.add(16), lo, w);
+                Self::store_halves(self.dst.offset(off + (j * l) as isize), w);
             }
         }
     }
 }
 
-impl<V: Simd> ChunkBody<V> for FillBits<'_, V> {
+impl<V: Simd, const BESIDE_AES: bool> ChunkBody<V> for FillBits<'_, V, BESIDE_AES> {
     #[inline(always)]
     unsafe fn full(&mut self, off: isize, e: u64) {
         unsafe { V::store_u16(self.dst.offset(off), self.rng.r16(e)) }
@@ -527,8 +541,7 @@ impl<V: Simd> ChunkBody<V> for FillBits<'_, V> {
                 let words = self.rng.span_words(e / 32);
                 for (v, w) in words.iter().enumerate().take(V::RNG_VECTORS) {
                     let at = GroupBits::<V, true>::word_offset(v) as isize;
-                    let lo = self.dst.offset(off + at);
-                    V::store_u16_halves(lo.add(16), lo, *w);
+                    Self::store_halves(self.dst.offset(off + at), *w);
                 }
                 off += span as isize;
                 e += span;
@@ -543,12 +556,30 @@ impl<V: Simd> ChunkBody<V> for FillBits<'_, V> {
     }
 }
 
-/// SPEC.md §3.2: the bits of elements `base .. base + out.len()`.
+/// SPEC.md §3.2: the bits of elements `base .. base + out.len()`, in element order by the
+/// backend's shuffles that issue beside the AES rounds where the CPU gains by them
+/// ([`crate::cpu::packs_beside_aes`]).
 #[inline(always)]
 pub(crate) unsafe fn fill_bits<V: Simd>(coord: &BitsCoord, base: u64, out: &mut [u16]) {
     unsafe {
+        if V::PACKS_BESIDE_AES && crate::cpu::packs_beside_aes() {
+            fill_bits_packed::<V, true>(coord, base, out)
+        } else {
+            fill_bits_packed::<V, false>(coord, base, out)
+        }
+    }
+}
+
+/// [`fill_bits`] with the values packed by [`crate::arch::Simd::pack_u16_halves_beside_aes`] or not.
+#[inline(always)]
+unsafe fn fill_bits_packed<V: Simd, const BESIDE_AES: bool>(
+    coord: &BitsCoord,
+    base: u64,
+    out: &mut [u16],
+) {
+    unsafe {
         let mut rng = GroupBits::new(*coord);
-        let mut k = FillBits::<V> {
+        let mut k = FillBits::<V, BESIDE_AES> {
             rng: &mut rng,
             dst: out.as_mut_ptr(),
         };
@@ -1522,6 +1553,41 @@ pub(crate) mod checks {
         }
     }
 
+    /// The bulk fill with its values packed both ways ([`fill_bits_packed`]) against the
+    /// reference, on every backend: every stream of [`check_coords`], from a span's start and
+    /// from inside a chunk, over lengths that end inside a chunk, a group and a span.
+    #[inline(always)]
+    unsafe fn check_fill_bits<V: Simd>(name: &str) {
+        let coords = check_coords();
+        let span = 32 * GroupBits::<V, true>::SPAN as usize;
+        let l = V::LANES;
+        // Under Miri (the portable backend), two lengths of one stream: the reference computes a
+        // whole ARS block per element, slow there.
+        let (streams, lengths) = if cfg!(miri) {
+            (&coords[..1], vec![3 * l + 1, span + 33])
+        } else {
+            (&coords[..], vec![0, 1, l - 1, 31, 33, 2 * span + 5 * l + 3])
+        };
+        for &coord in streams {
+            for first in [7 * span as u64, 7 * span as u64 + 3] {
+                for &n in &lengths {
+                    let want: Vec<u16> = (0..n)
+                        .map(|i| element_bits(&coord, first + i as u64))
+                        .collect();
+                    let mut got = vec![0u16; n];
+                    unsafe { fill_bits_packed::<V, false>(&coord, first, &mut got) };
+                    assert_eq!(got, want, "{name} fill_bits: {coord:?} from {first}, {n}");
+                    got.fill(0);
+                    unsafe { fill_bits_packed::<V, true>(&coord, first, &mut got) };
+                    assert_eq!(
+                        got, want,
+                        "{name} fill_bits beside the rounds: {coord:?} from {first}, {n}"
+                    );
+                }
+            }
+        }
+    }
+
     /// The block fill in both layouts ([`FillBlock`]) against the reference, on every backend
     /// (the kernels fill blocks only on AVX2): every stream of [`check_coords`], from a block's
     /// start, over a whole block and over a part that ends one chunk past a group.
@@ -1633,6 +1699,7 @@ pub(crate) mod checks {
     /// The span caches on every backend this CPU runs.
     pub(crate) fn fill_matches_the_reference_on_every_backend() {
         on_every_backend!(check_fill);
+        on_every_backend!(check_fill_bits);
         on_every_backend!(check_block_layouts);
     }
 
