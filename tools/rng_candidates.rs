@@ -2,9 +2,9 @@
 //! process (docs/DESIGN.md, "Random bits: ARS-5"): Philox4x32-10 and -7 (AVX2 with one block per
 //! even lane, as halfstep ran it, and AVX-512), ARS-5 and ARS-7 with 128-bit AES-NI, and ARS-5 with
 //! VAES on 256 and 512 bits (on 512 also with the values put in element order, as the library's
-//! `fill_bits` stores them, by one permutation or by two shuffles). Each fills 16K 16-bit values (in L1) 200 times, eight independent
-//! blocks or vectors in flight; median of 15. The bit layouts differ from SPEC.md's: only the cost
-//! of the rounds is measured.
+//! `fill_bits` stores them, by one permutation or by two shuffles). Each fills 16K 16-bit values
+//! (in L1) 200 times, eight independent blocks or vectors in flight; median of 15. The bit layouts
+//! differ from SPEC.md's: only the cost of the rounds is measured.
 //!
 //! `rustc -O --edition 2024 tools/rng_candidates.rs -o target/rng_candidates && target/rng_candidates`
 #![allow(unsafe_op_in_unsafe_fn)]
@@ -105,7 +105,7 @@ unsafe fn ars_vaes512<const R: usize, const ORDER: u8>(out: &mut [u16], seed: u6
     const W: usize = 8;
     // ORDER 1 and 2: SPEC.md §3.2's element order, as `fill_bits` stores the values: the low halves
     // of a vector's 16 words, then the high halves; by one `vpermw` per 32 roundings (1), or by a
-    // `vpshufb` within each 128-bit lane and a `vpermq` of the lanes' halves (2), which on Intel
+    // `vpshufb` within each 128-bit lane and a `vpermq` of the lanes' 64-bit halves (2), which on Intel
     // CPUs leave the rounds' port to them (as `fill_bits` there).
     let order = _mm512_set_epi16(
         31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0,

@@ -578,8 +578,9 @@ const fn word_table(kind: Words) -> [u16; 32] {
     t
 }
 
-/// [`Simd::pack_u16_halves`]'s result by a `vpshufb` (each 128-bit lane's low halves, then its
-/// high halves) and a `vpermq` (the lanes' low quarters, then their high ones). On Intel's cores
+/// [`Simd::pack_u16_halves`]'s result by a `vpshufb` (in each 128-bit lane, its words' low
+/// halves, then their high halves) and a `vpermq` (each lane's low 64 bits, then each lane's high
+/// 64 bits). On Intel's cores
 /// both issue beside the 512-bit AES rounds, where the one `vpermw` takes their port (an `asm!`
 /// probe on the Emerald Rapids VM: six `vpermw` beside six rounds 11.1–12.7 cycles, six `vpshufb`
 /// or `vpermq` 6.0–6.6; docs/DESIGN.md). `asm!`, because LLVM folds the two back into the `vpermw`.
@@ -589,16 +590,16 @@ unsafe fn gather_halves_by_two_shuffles(v: __m512i) -> __m512i {
     let lanes = _mm512_broadcast_i32x4(_mm_setr_epi8(
         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
     ));
-    let quarters = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    let halves = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
     let mut x = v;
     // SAFETY: registers only; the caller runs with AVX-512 BW.
     unsafe {
         core::arch::asm!(
             "vpshufb {x}, {x}, {lanes}",
-            "vpermq {x}, {quarters}, {x}",
+            "vpermq {x}, {halves}, {x}",
             x = inout(zmm_reg) x,
             lanes = in(zmm_reg) lanes,
-            quarters = in(zmm_reg) quarters,
+            halves = in(zmm_reg) halves,
             options(pure, nomem, nostack, preserves_flags),
         );
     }
