@@ -344,12 +344,12 @@ pub(crate) fn roots_off_divider() -> bool {
         match value.as_deref().map(str::trim) {
             Some("split") => true,
             Some("divider") => false,
-            None | Some("") | Some("auto") => cpu_id().0 == INTEL,
+            None | Some("") | Some("auto") => intel(),
             Some(other) => {
                 eprintln!(
                     "halfstep: {ROOTS_ENV}={other:?} is not split, divider or auto; using auto"
                 );
-                cpu_id().0 == INTEL
+                intel()
             }
         }
     })
@@ -363,7 +363,12 @@ pub(crate) fn roots_off_divider() -> bool {
 /// Decided once per process.
 pub(crate) fn packs_beside_aes() -> bool {
     static SETTING: OnceLock<bool> = OnceLock::new();
-    *SETTING.get_or_init(|| cpu_id().0 == INTEL)
+    *SETTING.get_or_init(intel)
+}
+
+/// Whether the CPU's vendor is Intel (CPUID leaf 0); false off x86.
+fn intel() -> bool {
+    cpu_id().0 == INTEL
 }
 
 /// `auto`'s choice, from the CPU's vendor, family and model (CPUID leaves 0 and 1).

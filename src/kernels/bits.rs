@@ -570,7 +570,8 @@ pub(crate) unsafe fn fill_bits<V: Simd>(coord: &BitsCoord, base: u64, out: &mut 
     }
 }
 
-/// [`fill_bits`] with the values packed by [`crate::arch::Simd::pack_u16_halves_beside_aes`] or not.
+/// [`fill_bits`] with the values packed by [`crate::arch::Simd::pack_u16_halves_beside_aes`]
+/// or not.
 #[inline(always)]
 unsafe fn fill_bits_packed<V: Simd, const BESIDE_AES: bool>(
     coord: &BitsCoord,

@@ -580,10 +580,10 @@ const fn word_table(kind: Words) -> [u16; 32] {
 
 /// [`Simd::pack_u16_halves`]'s result by a `vpshufb` (in each 128-bit lane, its words' low
 /// halves, then their high halves) and a `vpermq` (each lane's low 64 bits, then each lane's high
-/// 64 bits). On Intel's cores
-/// both issue beside the 512-bit AES rounds, where the one `vpermw` takes their port (an `asm!`
-/// probe on the Emerald Rapids VM: six `vpermw` beside six rounds 11.1–12.7 cycles, six `vpshufb`
-/// or `vpermq` 6.0–6.6; docs/DESIGN.md). `asm!`, because LLVM folds the two back into the `vpermw`.
+/// 64 bits). On Intel's cores both issue beside the 512-bit AES rounds, where the one `vpermw`
+/// takes their port (an `asm!` probe on the Emerald Rapids VM: six `vpermw` beside six rounds
+/// 11.1–12.7 cycles, six `vpshufb` or `vpermq` 6.0–6.6; docs/DESIGN.md). `asm!`, because LLVM folds
+/// the two back into the `vpermw`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn gather_halves_by_two_shuffles(v: __m512i) -> __m512i {
