@@ -1,7 +1,8 @@
 //! Whether AVX2's stochastic steps would gain by making a block's random bits inside the previous
 //! block's loop rather than in a fill before it (docs/DESIGN.md, "AVX2's optimizers run the fill and
-//! then the step"). A stand-alone probe, an SGD-like step whose bf16 state rounds stochastically,
-//! 64K elements (in L2), ARS-5's rounds on 256-bit VAES, ns per element:
+//! then the step"). A stand-alone probe, 64K elements (in L2), ARS-5's rounds on 256-bit VAES, two
+//! steps whose bf16 state rounds stochastically: an SGD-like one (FMAs only) and an Adagrad-like one
+//! (a square root and a division per element, so the divider bounds it); ns per element:
 //!
 //! - bits from a buffer, no rounds: the step's own cost;
 //! - a block of 1024 elements' bits filled, eight counter vectors in flight, before the block's
@@ -84,10 +85,11 @@ unsafe fn fill(ks: &Keys, block: u64, dst: *mut u32) {
     }
 }
 
-/// One pair of chunks (16 elements) of the step from element `i`, its bits at `b`.
+/// One pair of chunks (16 elements) of the step from element `i`, its bits at `b`: SGD-like, or
+/// with `DIV` Adagrad-like (the state a sum of squares, the update divided by its root).
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn step16(
+unsafe fn step16<const DIV: bool>(
     w: *mut f32,
     g: *const f32,
     m: *mut u16,
@@ -100,15 +102,27 @@ unsafe fn step16(
     let m16 = _mm256_loadu_si256(m.add(i) as *const _);
     let m0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, m16));
     let m1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, m16));
-    let n0 = _mm256_fmadd_ps(mu, m0, _mm256_loadu_ps(g.add(i)));
-    let n1 = _mm256_fmadd_ps(mu, m1, _mm256_loadu_ps(g.add(i + 8)));
+    let (g0, g1) = (_mm256_loadu_ps(g.add(i)), _mm256_loadu_ps(g.add(i + 8)));
+    let (n0, n1, u0, u1);
+    if DIV {
+        n0 = _mm256_fmadd_ps(g0, g0, m0);
+        n1 = _mm256_fmadd_ps(g1, g1, m1);
+        let eps = _mm256_set1_ps(1e-10);
+        u0 = _mm256_div_ps(g0, _mm256_add_ps(_mm256_sqrt_ps(n0), eps));
+        u1 = _mm256_div_ps(g1, _mm256_add_ps(_mm256_sqrt_ps(n1), eps));
+    } else {
+        n0 = _mm256_fmadd_ps(mu, m0, g0);
+        n1 = _mm256_fmadd_ps(mu, m1, g1);
+        u0 = n0;
+        u1 = n1;
+    }
     _mm256_storeu_ps(
         w.add(i),
-        _mm256_fmadd_ps(nlr, n0, _mm256_loadu_ps(w.add(i))),
+        _mm256_fmadd_ps(nlr, u0, _mm256_loadu_ps(w.add(i))),
     );
     _mm256_storeu_ps(
         w.add(i + 8),
-        _mm256_fmadd_ps(nlr, n1, _mm256_loadu_ps(w.add(i + 8))),
+        _mm256_fmadd_ps(nlr, u1, _mm256_loadu_ps(w.add(i + 8))),
     );
     let r0 = _mm256_srli_epi32::<16>(_mm256_add_epi32(
         _mm256_castps_si256(n0),
@@ -122,7 +136,7 @@ unsafe fn step16(
 }
 
 #[target_feature(enable = "avx2,fma,vaes,aes")]
-unsafe fn run(
+unsafe fn run<const DIV: bool>(
     kind: u8,
     ks: &Keys,
     w: &mut [f32],
@@ -137,7 +151,7 @@ unsafe fn run(
             let b = bufs[0].as_ptr();
             let mut i = 0;
             while i < N {
-                step16(wp, gp, mp, b, i, mu, nlr);
+                step16::<DIV>(wp, gp, mp, b, i, mu, nlr);
                 i += 16;
             }
         }
@@ -148,7 +162,7 @@ unsafe fn run(
                 let base = blk * BLOCK;
                 let mut i = 0;
                 while i < BLOCK {
-                    step16(wp, gp, mp, b, base + i, mu, nlr);
+                    step16::<DIV>(wp, gp, mp, b, base + i, mu, nlr);
                     i += 16;
                 }
             }
@@ -176,7 +190,7 @@ unsafe fn run(
                     c = _mm256_add_epi32(c, step);
                     _mm256_storeu_si256(nb.add(i) as *mut _, lo);
                     _mm256_storeu_si256(nb.add(i + 8) as *mut _, hi);
-                    step16(wp, gp, mp, b, base + i, mu, nlr);
+                    step16::<DIV>(wp, gp, mp, b, base + i, mu, nlr);
                     i += 16;
                 }
             }
@@ -197,25 +211,34 @@ fn main() {
     let mut bufs = Box::new([[0u32; BLOCK]; 2]);
     let ks = unsafe { keys() };
     for _round in 0..3 {
-        for kind in [0u8, 1, 2] {
-            let mut ts = vec![];
-            for _ in 0..15 {
-                let t = Instant::now();
-                for _ in 0..50 {
-                    unsafe { run(kind, &ks, &mut w, &g, &mut m, &mut bufs) };
+        for div in [false, true] {
+            println!("{}", if div { "adagrad-like" } else { "sgd-like" });
+            for kind in [0u8, 1, 2] {
+                let mut ts = vec![];
+                for _ in 0..15 {
+                    let t = Instant::now();
+                    for _ in 0..50 {
+                        unsafe {
+                            if div {
+                                run::<true>(kind, &ks, &mut w, &g, &mut m, &mut bufs)
+                            } else {
+                                run::<false>(kind, &ks, &mut w, &g, &mut m, &mut bufs)
+                            }
+                        };
+                    }
+                    ts.push(t.elapsed().as_secs_f64() / 50.0 / N as f64 * 1e9);
                 }
-                ts.push(t.elapsed().as_secs_f64() / 50.0 / N as f64 * 1e9);
+                ts.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                let name = [
+                    "bits from a buffer, no rounds",
+                    "fill, then the block's loop",
+                    "next block's rounds in the loop",
+                ][kind as usize];
+                println!(
+                    "{name:34} {:.4} ns per element (median of 15; min {:.4})",
+                    ts[7], ts[0]
+                );
             }
-            ts.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            let name = [
-                "bits from a buffer, no rounds",
-                "fill, then the block's loop",
-                "next block's rounds in the loop",
-            ][kind as usize];
-            println!(
-                "{name:34} {:.4} ns per element (median of 15; min {:.4})",
-                ts[7], ts[0]
-            );
         }
         println!();
     }
