@@ -279,20 +279,22 @@ macro_rules! simd_backend {
             unsafe fn block_fill(
                 b: *mut kernels::BitsBlock<$V>,
                 base: u64,
+                from: usize,
                 n: usize,
                 first: bool,
             ) {
-                unsafe { kernels::bits::fill_block::<$V>(b, base, n, first) }
+                unsafe { kernels::bits::fill_block::<$V>(b, base, from, n, first) }
             }
             impl kernels::BitsFill for $V {
                 #[inline(always)]
                 unsafe fn fill_block(
                     b: *mut kernels::BitsBlock<$V>,
                     base: u64,
+                    from: usize,
                     n: usize,
                     first: bool,
                 ) {
-                    unsafe { block_fill(b, base, n, first) }
+                    unsafe { block_fill(b, base, from, n, first) }
                 }
                 #[inline(always)]
                 unsafe fn fill_span<const WORDS: bool>(

@@ -335,6 +335,47 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
         }
     }
 
+    /// The ARS-5 output words of the group of element `e` (a multiple of 32), as
+    /// [`Self::span_words`] gives that group's vectors, drawn alone: for a loop that makes one
+    /// group's bits at a time, with no span cache to store and load.
+    #[inline(always)]
+    pub(crate) unsafe fn group_words(&mut self, e: u64) -> [V::U; 4] {
+        unsafe {
+            let group = e >> 5;
+            let span = group - group % Self::SPAN;
+            self.consts_for(span * 4);
+            let starts = self.starts();
+            let k = &self.consts;
+            let f = V::and_u(V::splat_u((span * 4) as u32), k.word0);
+            let j0 = (group % Self::SPAN) as usize * Self::PER_GROUP;
+            let mut x = [f; 4];
+            for (j, x) in x.iter_mut().enumerate().take(Self::PER_GROUP) {
+                *x = V::xor_u(*starts.add(j0 + j), f);
+            }
+            let wide = Self::WIDE_AES && k.wide;
+            for key in &k.keys[1..5] {
+                for x in x.iter_mut().take(Self::PER_GROUP) {
+                    *x = if wide {
+                        V::aes_enc_wide(*x, *key)
+                    } else {
+                        V::aes_enc(*x, *key)
+                    };
+                }
+            }
+            for x in x.iter_mut().take(Self::PER_GROUP) {
+                *x = if wide {
+                    V::aes_enc_last_wide(*x, k.keys[5])
+                } else {
+                    V::aes_enc_last(*x, k.keys[5])
+                };
+                if self.coord.swap_pairs {
+                    *x = V::swap_pairs(*x);
+                }
+            }
+            x
+        }
+    }
+
     /// Sets up the counter constants for a run of up to `spans` whole spans from group `g` (a
     /// multiple of [`Self::SPAN`]) and gives how many of them come before counter word 1 changes
     /// (every [`SEQ_GROUPS`] groups): those [`Self::span_rounds`] then draws without testing it.
@@ -466,8 +507,13 @@ pub(crate) trait BitsFill {
     where
         Self: arch::Simd;
     /// [`fill_block`] on this backend, always out of line (see [`RoundingBits`]).
-    unsafe fn fill_block(block: *mut BitsBlock<Self>, base: u64, n: usize, first: bool)
-    where
+    unsafe fn fill_block(
+        block: *mut BitsBlock<Self>,
+        base: u64,
+        from: usize,
+        n: usize,
+        first: bool,
+    ) where
         Self: arch::Simd;
 }
 
@@ -759,36 +805,45 @@ impl<V: Simd, const EVEN_ODD: bool> ChunkBody<V> for FillBlock<'_, V, EVEN_ODD> 
     }
 }
 
-/// The bits of elements `base .. base + n` (`base` a multiple of [`BLOCK`], `n` at most `BLOCK`)
-/// into `block`'s buffer ([`FillBlock`]), with the block's generator, which the `first` fill sets
-/// up (so that the stream's constants are computed once per call, not once per block).
+/// The bits of elements `base + from .. base + from + n` (`base` a multiple of [`BLOCK`], `from`
+/// of 32, `from + n` at most `BLOCK`) into `block`'s buffer ([`FillBlock`]), with the block's
+/// generator, which the `first` fill sets up (so that the stream's constants are computed once
+/// per call, not once per block).
 #[inline(always)]
 pub(crate) unsafe fn fill_block<V: Simd>(
     block: *mut BitsBlock<V>,
     base: u64,
+    from: usize,
     n: usize,
     first: bool,
 ) {
     unsafe {
-        debug_assert!(base.is_multiple_of(BLOCK as u64) && n <= BLOCK);
+        debug_assert!(base.is_multiple_of(BLOCK as u64) && from.is_multiple_of(32));
+        debug_assert!(from + n <= BLOCK);
         let partner = (*block).partner.assume_init();
         if partner == READS_FIRST_MOMENTS {
             return;
         }
         if !partner.is_null() {
-            return copy_partners(block, partner, n);
+            return copy_partners(block, partner, from, n);
         }
-        let dst = (&raw mut (*block).bits).cast();
+        // In the even/odd layout element `from` (even) has word `from / 2` of each half.
+        let even_odd = (*block).even_odd.assume_init();
+        let dst =
+            (&raw mut (*block).bits)
+                .cast::<u32>()
+                .add(if even_odd { from / 2 } else { from });
         if first {
             (*block)
                 .rng
                 .write(GroupBits::new((*block).coord.assume_init()));
         }
         let rng = (*block).rng.assume_init_mut();
-        if (*block).even_odd.assume_init() {
-            run_chunks::<V, _>(base, n, &mut FillBlock::<V, true> { rng, dst });
+        let e = base + from as u64;
+        if even_odd {
+            run_chunks::<V, _>(e, n, &mut FillBlock::<V, true> { rng, dst });
         } else {
-            run_chunks::<V, _>(base, n, &mut FillBlock::<V, false> { rng, dst });
+            run_chunks::<V, _>(e, n, &mut FillBlock::<V, false> { rng, dst });
         }
     }
 }
@@ -1060,6 +1115,9 @@ const NO_BLOCK: u64 = u64::MAX - BLOCK as u64;
 ///   16 registers with the update's constants, the counters and the round keys, and could run
 ///   only the 128-bit AES-NI rounds every AVX2 CPU has; out of line, the bulk fill runs its own
 ///   tight loop, on 256-bit VAES where the CPU has it (docs/DESIGN.md, "Random bits: ARS-5").
+///   A loop the divider bounds makes its bits itself instead, a group at a time and half a block
+///   ahead of its reads, the block a ring ([`Self::fill_group_ring`]): beside the divisions the
+///   rounds cost nothing.
 pub(crate) struct RoundingBits<V: Simd> {
     /// The span cache (inline only; uninitialized in block mode).
     span: core::mem::MaybeUninit<GroupBits<V>>,
@@ -1378,20 +1436,110 @@ impl<V: Simd> RoundingBits<V> {
                 (*self.block).partner.write(self.partner);
                 (*self.block).even_odd.write(even_odd);
             }
-            V::fill_block(self.block, start, n as usize, first);
+            V::fill_block(self.block, start, 0, n as usize, first);
+            self.start = start;
+        }
+    }
+
+    /// In block mode, makes the block holding element `e` the one [`Self::r16_prepared`] and its
+    /// kin read, without filling it: for a kernel that made its bits ahead
+    /// ([`Self::fill_group_ring`]).
+    #[inline(always)]
+    pub fn hold_block(&mut self, e: u64) {
+        if V::RNG_BLOCK {
+            self.start = e - e % BLOCK as u64;
+        }
+    }
+
+    /// In block mode, the bits of the 32 elements from `e` (a multiple of 32, after a first fill
+    /// by [`Self::prepare_part`]) into their places in the block, taken as a ring: element `e`'s
+    /// at `e % BLOCK`, whichever block is held.
+    #[inline(always)]
+    pub unsafe fn fill_group_ring(&mut self, e: u64, even_odd: bool) {
+        unsafe {
+            if !V::RNG_BLOCK {
+                return;
+            }
+            debug_assert!(e.is_multiple_of(32) && self.start != NO_BLOCK);
+            if e >= self.end {
+                return;
+            }
+            let block = self.block;
+            let partner = (*block).partner.assume_init();
+            if partner == READS_FIRST_MOMENTS {
+                return;
+            }
+            let at = (e % BLOCK as u64) as usize;
+            if !partner.is_null() {
+                return copy_partners(block, partner, at, 32);
+            }
+            let rng = (*block).rng.assume_init_mut();
+            let words = rng.group_words(e);
+            let per_group = GroupBits::<V, true>::PER_GROUP;
+            let dst = (&raw mut (*block).bits).cast::<u32>();
+            if even_odd {
+                FillBlock::<V, true> { rng, dst }.store_words(at as isize, &words[..per_group])
+            } else {
+                FillBlock::<V, false> { rng, dst }.store_words(at as isize, &words[..per_group])
+            }
+        }
+    }
+
+    /// In block mode, whether the block holding element `e` is the one cached.
+    #[inline(always)]
+    pub fn holds(&self, e: u64) -> bool {
+        V::RNG_BLOCK && e.wrapping_sub(self.start) < BLOCK as u64
+    }
+
+    /// In block mode, fills the bits of the elements from `e` (a multiple of 32) to `stop` of
+    /// the block holding `e`, no further than the block's end and the chunk holding `end - 1`,
+    /// and makes that block the cached one: the first fill of a kernel that makes the rest of
+    /// its bits in its loop ([`Self::fill_group_ring`]).
+    #[inline(always)]
+    pub unsafe fn prepare_part(&mut self, e: u64, stop: u64, even_odd: bool) {
+        unsafe {
+            if !V::RNG_BLOCK {
+                return;
+            }
+            let start = e - e % BLOCK as u64;
+            let first = self.start == NO_BLOCK;
+            if first {
+                (*self.block).coord.write(self.coord);
+                (*self.block).partner.write(self.partner);
+                (*self.block).even_odd.write(even_odd);
+            }
+            let to = (stop.min(self.end).min(start + BLOCK as u64) - start)
+                .next_multiple_of(V::LANES as u64)
+                .min(BLOCK as u64);
+            let from = e - start;
+            if to > from {
+                V::fill_block(
+                    self.block,
+                    start,
+                    from as usize,
+                    (to - from) as usize,
+                    first,
+                );
+            }
             self.start = start;
         }
     }
 }
 
-/// The first `n` words (a multiple of the lane count) of a first moment's bits block `src` into
-/// the block `dst` with partners exchanged: the second moment's block (SPEC.md §3.2).
+/// Words `from .. from + n` (multiples of the lane count) of a first moment's bits block `src`
+/// into the block `dst` with partners exchanged: the second moment's block (SPEC.md §3.2).
 #[inline(always)]
-pub(crate) unsafe fn copy_partners<V: Simd>(dst: *mut BitsBlock<V>, src: *const u32, n: usize) {
+pub(crate) unsafe fn copy_partners<V: Simd>(
+    dst: *mut BitsBlock<V>,
+    src: *const u32,
+    from: usize,
+    n: usize,
+) {
     unsafe {
-        debug_assert!(n.is_multiple_of(V::LANES) && n <= BLOCK);
+        debug_assert!(n.is_multiple_of(V::LANES) && from.is_multiple_of(V::LANES));
+        debug_assert!(from + n <= BLOCK);
         let dst = (&raw mut (*dst).bits).cast::<u32>();
-        for i in (0..n).step_by(V::LANES) {
+        for i in (from..from + n).step_by(V::LANES) {
             let w = V::to_bits(V::load(src.add(i).cast()));
             V::store(dst.add(i).cast(), V::from_bits(V::swap_pairs(w)));
         }

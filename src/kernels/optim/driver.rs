@@ -51,6 +51,13 @@ pub(super) trait ElementOp<V: Simd> {
     /// on Zen 5 it tells Adagrad's all-f32 step from SGD's for the prefetch rule
     /// ([`StepBuffers::of_op`]).
     const DIVIDES: bool = false;
+    /// Whether, where the backend draws its bits a block at a time, the grouped loop makes them
+    /// as it goes, a group at a time ahead of the groups it computes (`Driver::FILLS_AHEAD`),
+    /// rather than a fill making each block before its run: Adagrad, whose loop the divider
+    /// bounds, leaving the AES rounds' pipes idle (AVX2 on an Emerald Rapids CPU, bf16-SR states
+    /// 0.90x the time at 64K). Adam's and LAMB's loops, which hold more values, ran slower so
+    /// (1.07-1.19x; docs/DESIGN.md).
+    const BITS_IN_LOOP: bool = false;
     /// Whether `apply` treats each lane alone, whatever element it holds: the driver may then
     /// hand it a pair of chunks in even/odd order (`Driver::EVEN_ODD`). Not LAMB's first pass,
     /// whose sums of squares go to lanes by element index (SPEC.md §7).
@@ -555,7 +562,15 @@ struct Driver<'a, V: Simd, L: Layout<V>, O: ElementOp<V>> {
     /// Whether full chunks prefetch, and how far ahead: [`Layout::PREFETCH_AHEAD_BYTES`], or a
     /// page where the CPU's rule says so ([`step_prefetch`]).
     prefetch: Option<Ahead>,
+    /// Where [`Self::FILLS_AHEAD`]: the first element (a multiple of 32) whose bits are not in
+    /// the blocks yet; 0 before the run's first fill.
+    filled: u64,
 }
+
+/// How far ahead of the group it computes the grouped loop makes random bits, where it makes
+/// them in the loop (`Driver::FILLS_AHEAD`): half a block, so that the words it writes, a block
+/// on, are ones the loop has read.
+const FILL_AHEAD: u64 = 512;
 
 impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O> {
     #[inline(always)]
@@ -606,7 +621,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O
                 };
                 while e < end {
                     let stop = (e - e % block).saturating_add(block).min(end);
-                    self.prepare_bits(e);
+                    if const { Self::FILLS_AHEAD } {
+                        self.fill_ahead_from(e);
+                    } else {
+                        self.prepare_bits(e);
+                    }
                     self.full_run_unblocked(off, e, stop);
                     off += (stop - e) as isize;
                     e = stop;
@@ -701,6 +720,14 @@ macro_rules! each_drawing_stream {
             $body;
         }
     }};
+}
+
+/// Whether every stream the driver draws from holds the block of element `e` already.
+#[inline(always)]
+fn each_holds<V: Simd, L: Layout<V>, O: ElementOp<V>>(d: &mut Driver<'_, V, L, O>, e: u64) -> bool {
+    let mut all = true;
+    each_drawing_stream!(d, (_k, rng) => all &= rng.holds(e));
+    all
 }
 
 /// The bits of a group's stochastic paired stores, drawn before the group is computed
@@ -887,6 +914,60 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     unsafe fn prepare_bits(&mut self, e: u64) {
         let even_odd = Self::EVEN_ODD_BLOCKS;
         each_drawing_stream!(self, (_k, rng) => unsafe { rng.prepare(e, even_odd) });
+    }
+
+    /// Whether the grouped loop makes the blocks' random bits as it goes, [`FILL_AHEAD`]
+    /// elements ahead of the group it computes, each block a ring ([`ElementOp::BITS_IN_LOOP`]).
+    const FILLS_AHEAD: bool = V::RNG_BLOCK
+        && O::BITS_IN_LOOP
+        && L::MAY_DRAW_BITS
+        && (L::W::GROUPED || Self::PAIRED_DRAWS)
+        && V::STORE_GROUP == 2;
+
+    /// Where [`Self::FILLS_AHEAD`], readies the blocks for the run from element `e`, the start of
+    /// a run or of a block within it: the bits of the elements up to [`FILL_AHEAD`] on, unless
+    /// made already, and each stream's block the one holding `e`.
+    #[inline(always)]
+    unsafe fn fill_ahead_from(&mut self, e: u64) {
+        unsafe {
+            if !self.draws_bits() {
+                return;
+            }
+            let from = e - e % 32;
+            let block = RoundingBits::<V>::BLOCK;
+            let even_odd = Self::EVEN_ODD_BLOCKS;
+            if self.filled <= from || self.filled > from + FILL_AHEAD + 32 {
+                if each_holds(self, e) {
+                    // Filled whole by a chunk taken before the run.
+                    self.filled = e - e % block + block;
+                } else {
+                    let to = from + FILL_AHEAD;
+                    each_drawing_stream!(self, (_k, rng) => rng.prepare_part(from, to, even_odd));
+                    let mut at = (from - from % block + block).min(to);
+                    while at < to {
+                        each_drawing_stream!(self, (_k, rng) => rng.fill_group_ring(at, even_odd));
+                        at += 32;
+                    }
+                    self.filled = to;
+                }
+            }
+            each_drawing_stream!(self, (_k, rng) => rng.hold_block(e));
+        }
+    }
+
+    /// Where [`Self::FILLS_AHEAD`]: the bits of the next 32 elements not yet made, while they
+    /// lie within [`FILL_AHEAD`] of the group from `e` (a block's words, a ring: those a block on
+    /// in the places the loop has read).
+    #[inline(always)]
+    unsafe fn fill_ahead(&mut self, e: u64) {
+        unsafe {
+            if self.draws_bits() && self.filled < e + FILL_AHEAD {
+                let at = self.filled;
+                let even_odd = Self::EVEN_ODD_BLOCKS;
+                each_drawing_stream!(self, (_k, rng) => rng.fill_group_ring(at, even_odd));
+                self.filled = at + 32;
+            }
+        }
     }
 
     /// [`ChunkBody::full_run`] within one block of random bits (or all of it where none are
@@ -1174,6 +1255,9 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                     self.compute_g::<G>(&mut cur, e, &cur_drawn);
                 }
                 while e + gl < last {
+                    if const { Self::FILLS_AHEAD } {
+                        self.fill_ahead(e);
+                    }
                     if self.prefetching() {
                         unrolled!(G, i => {
                             self.prefetch(off + (i * V::LANES) as isize);
@@ -1251,7 +1335,13 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
         } else {
             None
         };
-        let mut driver = Driver { b, op, c, prefetch };
+        let mut driver = Driver {
+            b,
+            op,
+            c,
+            prefetch,
+            filled: 0,
+        };
         driver.arrange_bits();
         run_chunks::<V, _>(base, n, &mut driver);
     }
