@@ -51,7 +51,7 @@ pub(super) trait ElementOp<V: Simd> {
     /// on Zen 5 it tells Adagrad's all-f32 step from SGD's for the prefetch rule
     /// ([`StepBuffers::of_op`]).
     const DIVIDES: bool = false;
-    /// Whether, where the backend draws its bits a block at a time, the grouped loop makes them
+    /// Whether, where the backend draws its bits a block at a time, the step's loop makes them
     /// as it goes, a group at a time ahead of the groups it computes (`Driver::FILLS_AHEAD`),
     /// rather than a fill making each block before its run: Adagrad, whose loop the divider
     /// bounds, leaving the AES rounds' pipes idle (AVX2 on an Emerald Rapids CPU, bf16-SR states
@@ -567,7 +567,7 @@ struct Driver<'a, V: Simd, L: Layout<V>, O: ElementOp<V>> {
     filled: u64,
 }
 
-/// How far ahead of the group it computes the grouped loop makes random bits, where it makes
+/// How far ahead of the group it computes the step's loop makes random bits, where it makes
 /// them in the loop (`Driver::FILLS_AHEAD`): half a block, so that the words it writes, a block
 /// on, are ones the loop has read.
 const FILL_AHEAD: u64 = 512;
@@ -916,13 +916,15 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         each_drawing_stream!(self, (_k, rng) => unsafe { rng.prepare(e, even_odd) });
     }
 
-    /// Whether the grouped loop makes the blocks' random bits as it goes, [`FILL_AHEAD`]
+    /// Whether the step's loop makes the blocks' random bits as it goes, [`FILL_AHEAD`]
     /// elements ahead of the group it computes, each block a ring ([`ElementOp::BITS_IN_LOOP`]).
+    /// Both loops that take them make them (`grouped_loop`, and `full_run_chunks` where chunks
+    /// do not overlap); the overlapping chunk loop does not.
     const FILLS_AHEAD: bool = V::RNG_BLOCK
         && O::BITS_IN_LOOP
         && L::MAY_DRAW_BITS
-        && (L::W::GROUPED || Self::PAIRED_DRAWS)
-        && V::STORE_GROUP == 2;
+        && ((L::W::GROUPED || Self::PAIRED_DRAWS) && (V::STORE_GROUP == 2 || V::STORE_GROUP == 4)
+            || !V::OVERLAP_CHUNKS);
 
     /// Where [`Self::FILLS_AHEAD`], readies the blocks for the run from element `e`, the start of
     /// a run or of a block within it: the bits of the elements up to [`FILL_AHEAD`] on, unless
@@ -994,6 +996,18 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     unsafe fn full_run_chunks(&mut self, mut off: isize, mut e: u64, end: u64) {
         unsafe {
             let l = V::LANES as u64;
+            if const { !V::OVERLAP_CHUNKS && Self::FILLS_AHEAD } {
+                while e < end {
+                    if self.prefetching() {
+                        self.prefetch(off);
+                    }
+                    self.fill_ahead(e);
+                    self.full(off, e);
+                    off += V::LANES as isize;
+                    e += l;
+                }
+                return;
+            }
             if const { !V::OVERLAP_CHUNKS } {
                 return full_run_plain::<V, Self>(self, off, e, end);
             }
