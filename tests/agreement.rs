@@ -693,10 +693,10 @@ fn every_storage_combination_agrees_at_awkward_lengths() {
 #[cfg_attr(miri, ignore = "every combination: too slow under Miri")]
 fn every_storage_combination_agrees_across_blocks_of_random_bits() {
     // Backends that draw their bits a block of 1024 elements at a time (AVX2) make some ahead of
-    // the loop, a block's words a ring: tensors over three blocks, starting inside one near its
-    // end, at its start and after its middle, so that a run crosses blocks at every phase.
+    // the loop, a block's words a ring: tensors over two or three blocks, starting inside one
+    // near its end, at its start and after its middle, so that runs cross blocks at each phase.
     for combo in 0..Kinds::COUNT {
-        for (len, index_base) in [(2600usize, 1000u64), (3200, 2048), (2200, 5700)] {
+        for (len, index_base) in [(1700usize, 1000u64), (1600, 2048), (1300, 5700)] {
             let c = Case {
                 len,
                 off: combo % 16,
