@@ -109,14 +109,19 @@ const MAX_RNG_VECTORS: usize = 8;
 /// (wrapping) is at least any span for every group `g`.
 const NO_SPAN: u64 = u64::MAX - 255;
 
-/// ARS-5's rounds 1-5 on the first [`crate::arch::Simd::RNG_VECTORS`] vectors of `x` (round 0, the key
-/// XOR, done), in the backend's wide form or not. Round by round across the vectors, so that
-/// independent AES instructions issue back to back.
+/// ARS-5's rounds 1-5 on the first `n` vectors of `x` (round 0, the key XOR, done), in the
+/// backend's wide form or not: a span's [`crate::arch::Simd::RNG_VECTORS`], or one group's
+/// ([`GroupBits::group_words`]). Round by round across the vectors, so that independent AES
+/// instructions issue back to back.
 #[inline(always)]
-unsafe fn ars_rounds<V: Simd, const WIDE: bool>(x: &mut [V::U; MAX_RNG_VECTORS], keys: &[V::U; 6]) {
+unsafe fn ars_rounds<V: Simd, const WIDE: bool, const N: usize>(
+    x: &mut [V::U; N],
+    n: usize,
+    keys: &[V::U; 6],
+) {
     unsafe {
         for key in &keys[1..5] {
-            for x in x.iter_mut().take(V::RNG_VECTORS) {
+            for x in x.iter_mut().take(n) {
                 *x = if WIDE {
                     V::aes_enc_wide(*x, *key)
                 } else {
@@ -124,7 +129,7 @@ unsafe fn ars_rounds<V: Simd, const WIDE: bool>(x: &mut [V::U; MAX_RNG_VECTORS],
                 };
             }
         }
-        for x in x.iter_mut().take(V::RNG_VECTORS) {
+        for x in x.iter_mut().take(n) {
             *x = if WIDE {
                 V::aes_enc_last_wide(*x, keys[5])
             } else {
@@ -134,12 +139,17 @@ unsafe fn ars_rounds<V: Simd, const WIDE: bool>(x: &mut [V::U; MAX_RNG_VECTORS],
     }
 }
 
-/// Round 0 of ARS-5 on the first [`crate::arch::Simd::RNG_VECTORS`] vectors of `x`: the
-/// counters' constants from `starts` XOR-ed with `f`, the span's first block in word 0. `starts`
-/// must point to that many vectors (`CounterConsts::start`, which holds `MAX_RNG_VECTORS`).
+/// Round 0 of ARS-5 on the first `n` vectors of `x`: the counters' constants from `starts`
+/// XOR-ed with `f`, the span's first block in word 0. `starts` must point to `n` vectors (of
+/// `CounterConsts::start`, which holds `MAX_RNG_VECTORS`).
 #[inline(always)]
-unsafe fn round0<V: Simd>(x: &mut [V::U; MAX_RNG_VECTORS], starts: *const V::U, f: V::U) {
-    for (v, x) in x.iter_mut().enumerate().take(V::RNG_VECTORS) {
+unsafe fn round0<V: Simd, const N: usize>(
+    x: &mut [V::U; N],
+    n: usize,
+    starts: *const V::U,
+    f: V::U,
+) {
+    for (v, x) in x.iter_mut().enumerate().take(n) {
         *x = unsafe { V::xor_u(*starts.add(v), f) };
     }
 }
@@ -329,8 +339,8 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
             // block in word 0.
             let f = V::and_u(V::splat_u(first as u32), k.word0);
             let mut x = [f; MAX_RNG_VECTORS];
-            round0::<V>(&mut x, starts, f);
-            ars_rounds::<V, WIDE>(&mut x, &k.keys);
+            round0::<V, MAX_RNG_VECTORS>(&mut x, V::RNG_VECTORS, starts, f);
+            ars_rounds::<V, WIDE, MAX_RNG_VECTORS>(&mut x, V::RNG_VECTORS, &k.keys);
             x
         }
     }
@@ -349,26 +359,14 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
             let f = V::and_u(V::splat_u((span * 4) as u32), k.word0);
             let j0 = (group % Self::SPAN) as usize * Self::PER_GROUP;
             let mut x = [f; 4];
-            for (j, x) in x.iter_mut().enumerate().take(Self::PER_GROUP) {
-                *x = V::xor_u(*starts.add(j0 + j), f);
+            round0::<V, 4>(&mut x, Self::PER_GROUP, starts.add(j0), f);
+            if Self::WIDE_AES && k.wide {
+                ars_rounds::<V, true, 4>(&mut x, Self::PER_GROUP, &k.keys);
+            } else {
+                ars_rounds::<V, false, 4>(&mut x, Self::PER_GROUP, &k.keys);
             }
-            let wide = Self::WIDE_AES && k.wide;
-            for key in &k.keys[1..5] {
+            if self.coord.swap_pairs {
                 for x in x.iter_mut().take(Self::PER_GROUP) {
-                    *x = if wide {
-                        V::aes_enc_wide(*x, *key)
-                    } else {
-                        V::aes_enc(*x, *key)
-                    };
-                }
-            }
-            for x in x.iter_mut().take(Self::PER_GROUP) {
-                *x = if wide {
-                    V::aes_enc_last_wide(*x, k.keys[5])
-                } else {
-                    V::aes_enc_last(*x, k.keys[5])
-                };
-                if self.coord.swap_pairs {
                     *x = V::swap_pairs(*x);
                 }
             }
@@ -1426,6 +1424,8 @@ impl<V: Simd> RoundingBits<V> {
     #[inline(always)]
     unsafe fn refill(&mut self, e: u64, even_odd: bool) {
         unsafe {
+            // Not through `prepare_part`: so, LLVM's code for the conversions that read blocks
+            // took 4-13% more instructions (gungraun, AVX2).
             let start = e - e % BLOCK as u64;
             let n = (self.end.min(start + BLOCK as u64) - start)
                 .next_multiple_of(V::LANES as u64)
