@@ -22,7 +22,7 @@ impl<V: Simd> ElementOp<V> for AdagradOp<V> {
     // A NaN sum makes the square root, the quotient and the weights' FMA NaN (`clr = 0` too).
     const NAN_REACHES_W: bool = true;
     const DIVIDES: bool = true;
-    const BITS_IN_LOOP: bool = true;
+    const BITS_IN_LOOP_UP_TO: usize = 4;
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(

@@ -42,6 +42,7 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
     // side) makes the quotient NaN, and the weights' FMA keeps it: `lr = 0` too (0 × NaN).
     const NAN_REACHES_W: bool = true;
     const DIVIDES: bool = true;
+    const BITS_IN_LOOP_UP_TO: usize = 1;
     // Each chunk tested as it is computed: with a pair's two chunks computed side by side, LLVM
     // threaded the tests of the run-time flags (maximize, weight decay) across them, and AVX2's
     // Adam executed 6% more instructions (gungraun); AVX-512's was level either way.

@@ -51,13 +51,15 @@ pub(super) trait ElementOp<V: Simd> {
     /// on Zen 5 it tells Adagrad's all-f32 step from SGD's for the prefetch rule
     /// ([`StepBuffers::of_op`]).
     const DIVIDES: bool = false;
-    /// Whether, where the backend draws its bits a block at a time, the step's loop makes them
-    /// as it goes, a group at a time ahead of the groups it computes (`Driver::FILLS_AHEAD`),
-    /// rather than a fill making each block before its run: Adagrad, whose loop the divider
-    /// bounds, leaving the AES rounds' pipes idle (AVX2 on an Emerald Rapids CPU, bf16-SR states
-    /// 0.90x the time at 64K). Adam's and LAMB's loops, which hold more values, ran slower so
-    /// (1.07-1.19x; docs/DESIGN.md).
-    const BITS_IN_LOOP: bool = false;
+    /// Where the backend draws its bits a block at a time, the most buffers the op stores that
+    /// may round stochastically for which the step's loop makes the bits as it goes, a group at
+    /// a time ahead of the groups it computes (`Driver::FILLS_AHEAD`), rather than a fill making
+    /// each block before its run; 0: never. Adagrad, whose loop the divider bounds, leaving the
+    /// AES rounds' pipes idle: every layout (AVX2 on an Emerald Rapids CPU, bf16-SR states 0.90x
+    /// the time at 64K). Adam and LAMB: their bf16-SR weights (one buffer, 0.94-0.97x), not
+    /// their bf16-SR moments (two, whose bits their loops, holding more values, made slower:
+    /// 1.03-1.19x; docs/DESIGN.md).
+    const BITS_IN_LOOP_UP_TO: usize = 0;
     /// Whether `apply` treats each lane alone, whatever element it holds: the driver may then
     /// hand it a pair of chunks in even/odd order (`Driver::EVEN_ODD`). Not LAMB's first pass,
     /// whose sums of squares go to lanes by element index (SPEC.md §7).
@@ -916,12 +918,20 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         each_drawing_stream!(self, (_k, rng) => unsafe { rng.prepare(e, even_odd) });
     }
 
+    /// How many of the buffers the op stores may round stochastically.
+    const STORES_DRAWING: usize = {
+        let m = Self::STORED_MAY_DRAW;
+        m[0] as usize + m[1] as usize + m[2] as usize + m[3] as usize
+    };
+
     /// Whether the step's loop makes the blocks' random bits as it goes, [`FILL_AHEAD`]
-    /// elements ahead of the group it computes, each block a ring ([`ElementOp::BITS_IN_LOOP`]).
+    /// elements ahead of the group it computes, each block a ring
+    /// ([`ElementOp::BITS_IN_LOOP_UP_TO`]).
     /// Both loops that take them make them (`grouped_loop`, and `full_run_chunks` where chunks
     /// do not overlap); the overlapping chunk loop does not.
     const FILLS_AHEAD: bool = V::RNG_BLOCK
-        && O::BITS_IN_LOOP
+        && Self::STORES_MAY_DRAW
+        && Self::STORES_DRAWING <= O::BITS_IN_LOOP_UP_TO
         && L::MAY_DRAW_BITS
         && ((L::W::GROUPED || Self::PAIRED_DRAWS) && (V::STORE_GROUP == 2 || V::STORE_GROUP == 4)
             || !V::OVERLAP_CHUNKS);

@@ -216,6 +216,7 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
     const BY_LANE: bool = false;
     const EVEN_ODD_PAIRS: bool = true;
     const READ_S: [bool; 3] = [true, true, false];
+    const BITS_IN_LOOP_UP_TO: usize = 1;
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(
@@ -266,6 +267,7 @@ pub(super) struct LambPass2<V: Simd, const KEPT: bool> {
 impl<V: Simd, const KEPT: bool> ElementOp<V> for LambPass2<V, KEPT> {
     const WRITE_W: bool = true;
     const WRITE_S: [bool; 3] = [false; 3];
+    const BITS_IN_LOOP_UP_TO: usize = 1;
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(
