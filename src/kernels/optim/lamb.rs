@@ -216,7 +216,6 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
     const BY_LANE: bool = false;
     const EVEN_ODD_PAIRS: bool = true;
     const READ_S: [bool; 3] = [true, true, false];
-    const BITS_IN_LOOP_UP_TO: usize = 1;
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(
