@@ -749,11 +749,14 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         O::WRITE_S[2] && L::S2::MAY_DRAW_BITS,
     ];
 
-    /// Whether a buffer the op stores can round stochastically.
-    const STORES_MAY_DRAW: bool = {
+    /// How many of the buffers the op stores can round stochastically.
+    const STORES_DRAWING: usize = {
         let m = Self::STORED_MAY_DRAW;
-        m[0] || m[1] || m[2] || m[3]
+        m[0] as usize + m[1] as usize + m[2] as usize + m[3] as usize
     };
+
+    /// Whether a buffer the op stores can round stochastically.
+    const STORES_MAY_DRAW: bool = Self::STORES_DRAWING > 0;
 
     /// Whether the stores draw their bits a group at a time, in order ([`Self::draw_pairs`]):
     /// some stored buffer can round stochastically, every such buffer takes the bits drawn for a
@@ -917,12 +920,6 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         let even_odd = Self::EVEN_ODD_BLOCKS;
         each_drawing_stream!(self, (_k, rng) => unsafe { rng.prepare(e, even_odd) });
     }
-
-    /// How many of the buffers the op stores may round stochastically.
-    const STORES_DRAWING: usize = {
-        let m = Self::STORED_MAY_DRAW;
-        m[0] as usize + m[1] as usize + m[2] as usize + m[3] as usize
-    };
 
     /// Whether the step's loop makes the blocks' random bits as it goes, [`FILL_AHEAD`]
     /// elements ahead of the group it computes, each block a ring
