@@ -31,7 +31,12 @@ pub(super) struct AdamOp<V: Simd> {
     inv_sqrt_bc2: V::F,
     eps: V::F,
     wd: V::F,
+    /// AdamW's `decay_factor` where it decays the weights, else 1.
     decay: V::F,
+    /// The sign bit where `maximize`, else zero (`Simd::FLAGS_AS_ARITHMETIC`).
+    sign: V::U,
+    /// Adam's weight decay, added to the gradient (`Simd::FLAGS_AS_ARITHMETIC`).
+    coupled_decay: bool,
 }
 
 impl<V: Simd> ElementOp<V> for AdamOp<V> {
@@ -58,15 +63,26 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
     ) {
         unsafe {
             let c = &self.c;
-            let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };
-            let mut p = v.p;
-            if c.use_weight_decay {
-                if c.decoupled {
-                    p = V::mul(p, self.decay);
-                } else {
-                    g = V::fma(self.wd, p, g);
+            let (g, p) = if const { V::FLAGS_AS_ARITHMETIC } {
+                let mut g = V::from_bits(V::xor_u(V::to_bits(v.g), self.sign));
+                // `p · 1` is `p` (a NaN's payload aside, and every NaN stored is canonical).
+                let p = V::mul(v.p, self.decay);
+                if self.coupled_decay {
+                    g = V::fma(self.wd, v.p, g);
                 }
-            }
+                (g, p)
+            } else {
+                let mut g = if c.maximize { neg::<V>(v.g) } else { v.g };
+                let mut p = v.p;
+                if c.use_weight_decay {
+                    if c.decoupled {
+                        p = V::mul(p, self.decay);
+                    } else {
+                        g = V::fma(self.wd, p, g);
+                    }
+                }
+                (g, p)
+            };
             let (m, vv) = moments::<V>(self.omb1, self.beta2, self.omb2, g, v.s[0], v.s[1]);
             debug_assert_eq!(L::S2::PRESENT, c.amsgrad);
             let v_used = if L::S2::PRESENT {
@@ -116,7 +132,13 @@ pub(crate) unsafe fn adam<V: Simd>(
             inv_sqrt_bc2: V::splat(c.inv_sqrt_bc2),
             eps: V::splat(c.eps),
             wd: V::splat(c.weight_decay),
-            decay: V::splat(c.decay_factor),
+            decay: V::splat(if c.use_weight_decay && c.decoupled {
+                c.decay_factor
+            } else {
+                1.0
+            }),
+            sign: V::splat_u(if c.maximize { 0x8000_0000 } else { 0 }),
+            coupled_decay: core::hint::black_box(c.use_weight_decay && !c.decoupled),
         };
         let (base, st) = (t.stream.index_base, &t.stream);
         if s2.is_some() {
