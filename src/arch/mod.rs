@@ -245,8 +245,9 @@ pub(crate) trait Simd: Copy + 'static {
     /// XOR, the weights multiplied by 1 where they do not decay) rather than testing them in each
     /// chunk. On for AVX2: LLVM kept the tests in the loop, and with them it moved values between
     /// its 16 registers (AdamW with bf16-SR states: 10% fewer instructions without them, gungraun).
-    /// Off elsewhere: AVX-512's took 1.08-1.10x the time on Zen 4 with the XOR, and the portable
-    /// code does the extra operations lane by lane (+4% instructions).
+    /// Off elsewhere: AVX-512's took 1.08-1.10x the time on Zen 4 with the XOR (level on Emerald
+    /// Rapids with all of it), and the portable code does the extra operations lane by lane (+4%
+    /// instructions).
     const FLAGS_AS_ARITHMETIC: bool = false;
 
     // ---- 16-bit memory
