@@ -65,7 +65,8 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
             let c = &self.c;
             let (g, p) = if const { V::FLAGS_AS_ARITHMETIC } {
                 let mut g = V::from_bits(V::xor_u(V::to_bits(v.g), self.sign));
-                // `p · 1` is `p` (a NaN's payload aside, and every NaN stored is canonical).
+                // `p · 1` is `p`: subnormals are kept (SPEC.md §1), a NaN's payload aside, and every
+                // NaN stored is canonical.
                 let p = V::mul(v.p, self.decay);
                 if self.coupled_decay {
                     g = V::fma(self.wd, v.p, g);
