@@ -64,7 +64,7 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
         unsafe {
             let c = &self.c;
             let (g, p) = if const { V::FLAGS_AS_ARITHMETIC } {
-                let mut g = V::from_bits(V::xor_u(V::to_bits(v.g), self.sign));
+                let mut g = flip_sign::<V>(v.g, self.sign);
                 // `p · 1` is `p`: subnormals are kept (SPEC.md §1), a NaN's payload aside, and every
                 // NaN stored is canonical.
                 let p = V::mul(v.p, self.decay);
@@ -138,7 +138,7 @@ pub(crate) unsafe fn adam<V: Simd>(
             } else {
                 1.0
             }),
-            sign: V::splat_u(if c.maximize { 0x8000_0000 } else { 0 }),
+            sign: V::splat_u(if c.maximize { SIGN_BIT } else { 0 }),
             coupled_decay: core::hint::black_box(c.use_weight_decay && !c.decoupled),
         };
         let (base, st) = (t.stream.index_base, &t.stream);

@@ -1383,7 +1383,16 @@ pub(super) fn decays(weight_decay: f32) -> bool {
     core::hint::black_box(weight_decay != 0.0)
 }
 
+/// The sign bit of an f32.
+pub(super) const SIGN_BIT: u32 = 0x8000_0000;
+
+/// `x` with its sign flipped in the lanes where `sign` holds [`SIGN_BIT`] (and kept where zero).
+#[inline(always)]
+pub(super) unsafe fn flip_sign<V: Simd>(x: V::F, sign: V::U) -> V::F {
+    unsafe { V::from_bits(V::xor_u(V::to_bits(x), sign)) }
+}
+
 #[inline(always)]
 pub(super) unsafe fn neg<V: Simd>(x: V::F) -> V::F {
-    unsafe { V::from_bits(V::xor_u(V::to_bits(x), V::splat_u(0x8000_0000))) }
+    unsafe { flip_sign::<V>(x, V::splat_u(SIGN_BIT)) }
 }

@@ -1198,7 +1198,7 @@ pub(crate) use adam::adam;
 pub(crate) use lamb::{lamb_pass1, lamb_pass2};
 pub(crate) use sgd::sgd;
 
-use driver::{ChunkBits, ElementOp, Vals, decays, drive, neg};
+use driver::{ChunkBits, ElementOp, SIGN_BIT, Vals, decays, drive, flip_sign, neg};
 
 /// Checks of the layouts' constants, run by `tests/internals.rs`.
 #[cfg(feature = "fuzzing")]
