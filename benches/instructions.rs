@@ -123,6 +123,27 @@ fn adagrad(b: Backend) -> Kernel {
     })
 }
 
+/// Split weights, bf16 gradients, a bf16-SR sum: the compiled layout of the criterion bench's
+/// `sr_adagrad_split_bf16sr_states`, whose loop makes its random bits as it goes on AVX2.
+fn adagrad_bf16sr_states(b: Backend) -> Kernel {
+    let e = engine(b);
+    let (mut top, mut trail, g) = split_weights();
+    let mut s = vec![bf16::from_f32(0.1); N];
+    let cfg = AdagradConfig::default();
+    Box::new(move || {
+        let mut t = AdagradTensor {
+            weights: Weights::Split {
+                top: &mut top,
+                trail: &mut trail,
+            },
+            grads: Grads::Bf16(&g),
+            sum: State::Bf16(&mut s, Rounding::Stochastic),
+            stream: TensorStream::new(1),
+        };
+        e.adagrad_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
 /// The Adam tensor the split-weight Adam rows step: split weights, bf16 gradients, the moments
 /// given.
 fn adam_split_tensor<'a>(
@@ -413,6 +434,7 @@ fn conversions(mut kernel: Kernel) {
 #[bench::adagrad_reference(args = (Backend::Reference), setup = adagrad)]
 #[bench::adagrad_portable(args = (Backend::Portable), setup = adagrad)]
 #[bench::adagrad_avx2(args = (Backend::Avx2), setup = adagrad)]
+#[bench::adagrad_bf16sr_states_avx2(args = (Backend::Avx2), setup = adagrad_bf16sr_states)]
 #[bench::adam_reference(args = (Backend::Reference), setup = adam)]
 #[bench::adam_portable(args = (Backend::Portable), setup = adam)]
 #[bench::adam_avx2(args = (Backend::Avx2), setup = adam)]

@@ -1485,6 +1485,41 @@ impl<V: Simd> RoundingBits<V> {
         }
     }
 
+    /// Elements of a span: what [`Self::fill_span_ring`] makes in one go.
+    pub const SPAN_ELEMENTS: u64 = 32 * GroupBits::<V, true>::SPAN;
+
+    /// As [`Self::fill_group_ring`], for the span of [`Self::SPAN_ELEMENTS`] from `e` (a multiple
+    /// of it): all its counter vectors' rounds interleaved, as the fill runs them, and one test
+    /// of the stream's constants per span. Words past the stream's end go to places of the ring
+    /// the loop has read and no element reads.
+    #[inline(always)]
+    pub unsafe fn fill_span_ring(&mut self, e: u64, even_odd: bool) {
+        unsafe {
+            if !V::RNG_BLOCK {
+                return;
+            }
+            debug_assert!(e.is_multiple_of(Self::SPAN_ELEMENTS) && self.start != NO_BLOCK);
+            let block = self.block;
+            let partner = (*block).partner.assume_init();
+            if partner == READS_FIRST_MOMENTS {
+                return;
+            }
+            let at = (e % BLOCK as u64) as usize;
+            if !partner.is_null() {
+                return copy_partners(block, partner, at, Self::SPAN_ELEMENTS as usize);
+            }
+            let rng = (*block).rng.assume_init_mut();
+            let words = rng.span_words(e / 32);
+            let dst = (&raw mut (*block).bits).cast::<u32>();
+            let words = &words[..V::RNG_VECTORS];
+            if even_odd {
+                FillBlock::<V, true> { rng, dst }.store_words(at as isize, words)
+            } else {
+                FillBlock::<V, false> { rng, dst }.store_words(at as isize, words)
+            }
+        }
+    }
+
     /// In block mode, whether the block holding element `e` is the one cached.
     #[inline(always)]
     pub fn holds(&self, e: u64) -> bool {

@@ -964,17 +964,27 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
         }
     }
 
-    /// Where [`Self::FILLS_AHEAD`]: the bits of the next 32 elements not yet made, while they
-    /// lie within [`FILL_AHEAD`] of the group from `e` (a block's words, a ring: those a block on
-    /// in the places the loop has read).
+    /// Where [`Self::FILLS_AHEAD`]: the bits of the next 32 elements not yet made (of the next
+    /// span where one starts there), while they lie within [`FILL_AHEAD`] of the group from `e` (a
+    /// block's words, a ring: those a block on in the places the loop has read).
     #[inline(always)]
     unsafe fn fill_ahead(&mut self, e: u64) {
         unsafe {
             if self.draws_bits() && self.filled < e + FILL_AHEAD {
                 let at = self.filled;
                 let even_odd = Self::EVEN_ODD_BLOCKS;
-                each_drawing_stream!(self, (_k, rng) => rng.fill_group_ring(at, even_odd));
-                self.filled = at + 32;
+                // A span at a time from a span's start: its eight counter vectors keep the AES
+                // unit busy where a group's two wait on their rounds' latency, and the stream's
+                // constants are tested once a span (group by group, Adagrad's bf16-SR states took
+                // 1.07-1.16x the time, AdamW's bf16-SR weights 1.15-1.17x; docs/DESIGN.md).
+                let span = RoundingBits::<V>::SPAN_ELEMENTS;
+                if at.is_multiple_of(span) {
+                    each_drawing_stream!(self, (_k, rng) => rng.fill_span_ring(at, even_odd));
+                    self.filled = at + span;
+                } else {
+                    each_drawing_stream!(self, (_k, rng) => rng.fill_group_ring(at, even_odd));
+                    self.filled = at + 32;
+                }
             }
         }
     }
