@@ -105,30 +105,29 @@ fn sgd(b: Backend) -> Kernel {
 }
 
 fn adagrad(b: Backend) -> Kernel {
-    let e = engine(b);
-    let (mut top, mut trail, g) = split_weights();
-    let mut s = vec![0.1f32; N];
-    let cfg = AdagradConfig::default();
-    Box::new(move || {
-        let mut t = AdagradTensor {
-            weights: Weights::Split {
-                top: &mut top,
-                trail: &mut trail,
-            },
-            grads: Grads::Bf16(&g),
-            sum: State::F32(&mut s),
-            stream: TensorStream::new(1),
-        };
-        e.adagrad_step(&cfg, &ctx(), &mut t).unwrap();
-    })
+    adagrad_with(b, 0.1f32, State::F32)
 }
 
 /// Split weights, bf16 gradients, a bf16-SR sum: the compiled layout of the criterion bench's
 /// `sr_adagrad_split_bf16sr_states`, whose loop makes its random bits as it goes on AVX2.
 fn adagrad_bf16sr_states(b: Backend) -> Kernel {
+    adagrad_with(b, bf16::from_f32(0.1), bf16_sr_state)
+}
+
+/// A bf16 state that rounds stochastically.
+fn bf16_sr_state(s: &mut [bf16]) -> State<'_> {
+    State::Bf16(s, Rounding::Stochastic)
+}
+
+/// Adagrad on split weights and bf16 gradients, the sum made of `sum0` by `state`.
+fn adagrad_with<T: Copy + 'static>(
+    b: Backend,
+    sum0: T,
+    state: impl Fn(&mut [T]) -> State<'_> + 'static,
+) -> Kernel {
     let e = engine(b);
     let (mut top, mut trail, g) = split_weights();
-    let mut s = vec![bf16::from_f32(0.1); N];
+    let mut s = vec![sum0; N];
     let cfg = AdagradConfig::default();
     Box::new(move || {
         let mut t = AdagradTensor {
@@ -137,7 +136,7 @@ fn adagrad_bf16sr_states(b: Backend) -> Kernel {
                 trail: &mut trail,
             },
             grads: Grads::Bf16(&g),
-            sum: State::Bf16(&mut s, Rounding::Stochastic),
+            sum: state(&mut s),
             stream: TensorStream::new(1),
         };
         e.adagrad_step(&cfg, &ctx(), &mut t).unwrap();

@@ -1464,23 +1464,9 @@ impl<V: Simd> RoundingBits<V> {
             if e >= self.end {
                 return;
             }
-            let block = self.block;
-            let partner = (*block).partner.assume_init();
-            if partner == READS_FIRST_MOMENTS {
-                return;
-            }
-            let at = (e % BLOCK as u64) as usize;
-            if !partner.is_null() {
-                return copy_partners(block, partner, at, 32);
-            }
-            let rng = (*block).rng.assume_init_mut();
-            let words = rng.group_words(e);
-            let per_group = GroupBits::<V, true>::PER_GROUP;
-            let dst = (&raw mut (*block).bits).cast::<u32>();
-            if even_odd {
-                FillBlock::<V, true> { rng, dst }.store_words(at as isize, &words[..per_group])
-            } else {
-                FillBlock::<V, false> { rng, dst }.store_words(at as isize, &words[..per_group])
+            if let Some(place) = self.ring_place(e, 32) {
+                let words = place.rng.group_words(e);
+                place.store(&words[..GroupBits::<V, true>::PER_GROUP], even_odd);
             }
         }
     }
@@ -1499,24 +1485,34 @@ impl<V: Simd> RoundingBits<V> {
                 return;
             }
             debug_assert!(e.is_multiple_of(Self::SPAN_ELEMENTS) && self.start != NO_BLOCK);
+            if let Some(place) = self.ring_place(e, Self::SPAN_ELEMENTS as usize) {
+                let words = place.rng.span_words(e / 32);
+                place.store(&words[..V::RNG_VECTORS], even_odd);
+            }
+        }
+    }
+
+    /// Where the words of the `n` elements from `e` go in the held block, taken as a ring, if this
+    /// stream makes them: not a second moment that reads its first moment's block, nor a stream
+    /// that copies its partner's words (which this copies).
+    #[inline(always)]
+    unsafe fn ring_place(&mut self, e: u64, n: usize) -> Option<RingPlace<'_, V>> {
+        unsafe {
             let block = self.block;
             let partner = (*block).partner.assume_init();
             if partner == READS_FIRST_MOMENTS {
-                return;
+                return None;
             }
             let at = (e % BLOCK as u64) as usize;
             if !partner.is_null() {
-                return copy_partners(block, partner, at, Self::SPAN_ELEMENTS as usize);
+                copy_partners(block, partner, at, n);
+                return None;
             }
-            let rng = (*block).rng.assume_init_mut();
-            let words = rng.span_words(e / 32);
-            let dst = (&raw mut (*block).bits).cast::<u32>();
-            let words = &words[..V::RNG_VECTORS];
-            if even_odd {
-                FillBlock::<V, true> { rng, dst }.store_words(at as isize, words)
-            } else {
-                FillBlock::<V, false> { rng, dst }.store_words(at as isize, words)
-            }
+            Some(RingPlace {
+                rng: (*block).rng.assume_init_mut(),
+                dst: (&raw mut (*block).bits).cast::<u32>(),
+                at,
+            })
         }
     }
 
@@ -1557,6 +1553,30 @@ impl<V: Simd> RoundingBits<V> {
                 );
             }
             self.start = start;
+        }
+    }
+}
+
+/// A stream's generator and the place in its block's ring of the words it makes next
+/// ([`RoundingBits::fill_group_ring`], [`RoundingBits::fill_span_ring`]).
+struct RingPlace<'a, V: Simd> {
+    rng: &'a mut GroupBits<V, true>,
+    dst: *mut u32,
+    at: usize,
+}
+
+impl<V: Simd> RingPlace<'_, V> {
+    /// Stores output word vectors `words`, as [`GroupBits::span_words`] gives them, from the
+    /// place on.
+    #[inline(always)]
+    unsafe fn store(self, words: &[V::U], even_odd: bool) {
+        let (rng, dst, at) = (self.rng, self.dst, self.at as isize);
+        unsafe {
+            if even_odd {
+                FillBlock::<V, true> { rng, dst }.store_words(at, words)
+            } else {
+                FillBlock::<V, false> { rng, dst }.store_words(at, words)
+            }
         }
     }
 }
