@@ -976,7 +976,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
                 // A span at a time from a span's start: its eight counter vectors keep the AES
                 // unit busy where a group's two wait on their rounds' latency, and the stream's
                 // constants are tested once a span (group by group, Adagrad's bf16-SR states took
-                // 1.07-1.16x the time, AdamW's bf16-SR weights 1.15-1.17x; docs/DESIGN.md).
+                // 1.07-1.22x the time, AdamW's bf16-SR weights 1.02-1.17x: Emerald Rapids VM,
+                // medians; docs/DESIGN.md).
                 let span = RoundingBits::<V>::SPAN_ELEMENTS;
                 if at.is_multiple_of(span) {
                     each_drawing_stream!(self, (_k, rng) => rng.fill_span_ring(at, even_odd));
