@@ -105,7 +105,7 @@ fn sgd(b: Backend) -> Kernel {
 }
 
 fn adagrad(b: Backend) -> Kernel {
-    adagrad_with(b, 0.1f32, State::F32)
+    adagrad_with(b, 0.1f32, |s| State::F32(s))
 }
 
 /// Split weights, bf16 gradients, a bf16-SR sum: the compiled layout of the criterion bench's
