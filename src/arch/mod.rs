@@ -249,6 +249,12 @@ pub(crate) trait Simd: Copy + 'static {
     /// Rapids with all of it), and the portable code does the extra operations lane by lane (+4%
     /// instructions).
     const FLAGS_AS_ARITHMETIC: bool = false;
+    /// Whether LAMB's first pass, where it rounds both moments stochastically, sums u's squares
+    /// in a loop of its own after the moments' loop, per norm block (`kernels::optim::lamb`'s
+    /// `norms_apart`). On for AVX2: the two sums' f64 lanes take 8 of its 16 registers,
+    /// and beside the moments' rounding LLVM kept the loop's values on the stack (bf16-SR states
+    /// 0.83-0.94x the time on an Emerald Rapids VM; docs/DESIGN.md).
+    const LAMB_NORMS_APART: bool = false;
 
     // ---- 16-bit memory
     /// Loads `LANES` u16, zero-extended.

@@ -34,6 +34,13 @@ pub fn fold_lanes(mut lanes: [f64; NORM_LANES]) -> f64 {
     lanes[0]
 }
 
+/// Adds the square of `x`, the element of global index `e`, to its lane's sum.
+#[inline]
+pub fn add_square(lanes: &mut [f64; NORM_LANES], e: u64, x: f32) {
+    let x = f64::from(x);
+    lanes[(e % NORM_LANES as u64) as usize] += x * x;
+}
+
 /// A running canonical sum of squares, fed one element at a time in global-index order.
 #[derive(Clone, Debug)]
 pub struct SumSquares {
@@ -59,8 +66,7 @@ impl SumSquares {
     /// Adds the next element's square.
     #[inline]
     pub fn push(&mut self, x: f32) {
-        let x = f64::from(x);
-        self.lanes[(self.next % NORM_LANES as u64) as usize] += x * x;
+        add_square(&mut self.lanes, self.next, x);
         self.open = true;
         self.next += 1;
         if self.next.is_multiple_of(NORM_BLOCK as u64) {

@@ -5,7 +5,7 @@ use super::adam::moments;
 use super::*;
 use crate::arch::{even_odd_layout, from_even_odd_layout};
 use crate::reference::lamb::LambConsts;
-use crate::reference::norm::{NORM_BLOCK, NORM_LANES, fold_lanes};
+use crate::reference::norm::{NORM_BLOCK, NORM_LANES, add_square, fold_lanes};
 use crate::tensors::LambTensor;
 
 /// LAMB's splatted constants.
@@ -61,6 +61,16 @@ impl<V: Simd> BlockNorms<V> {
         }
     }
 
+    /// Sums for the one norm block of element `e` alone, written to `out` when closed.
+    #[inline(always)]
+    unsafe fn for_block(e: u64, out: *mut [f64; 2]) -> Self {
+        unsafe {
+            let mut sums = Self::new(e, out);
+            sums.block = e / NORM_BLOCK as u64;
+            sums
+        }
+    }
+
     /// Starts the block of element `e` where it is not the current one.
     #[inline(always)]
     unsafe fn enter(&mut self, e: u64) {
@@ -74,33 +84,43 @@ impl<V: Simd> BlockNorms<V> {
     }
 
     /// Adds a chunk in element order; `EO`: pairs in even/odd order may have come before (the
-    /// layout's buffers take that order), so the sums may have to change layout first.
+    /// layout's buffers take that order), so the sums may have to change layout first. Without
+    /// `U`, p's square alone, into the one block the sums were made for ([`Self::for_block`]; u's
+    /// sum made apart: [`norms_apart`]).
     #[inline(always)]
-    unsafe fn add<const EO: bool>(&mut self, p: V::F, u: V::F, e: u64) {
+    unsafe fn add<const EO: bool, const U: bool>(&mut self, p: V::F, u: V::F, e: u64) {
         unsafe {
-            self.enter(e);
+            if U {
+                self.enter(e);
+            }
             if EO && self.even_odd {
                 self.relayout(false);
             }
             let lane = (e % NORM_LANES as u64) as usize;
             self.p = V::acc_add_squares(self.p, p, lane);
-            self.u = V::acc_add_squares(self.u, u, lane);
+            if U {
+                self.u = V::acc_add_squares(self.u, u, lane);
+            }
         }
     }
 
     /// [`Self::add`] of a pair of chunks in even/odd order from `e`, a multiple of 16 (the
     /// driver's pairs: a whole 32-element group, or on AVX2 16 elements), which no block edge
-    /// cuts (`NORM_BLOCK` is a multiple of 32).
+    /// cuts (`NORM_BLOCK` is a multiple of 32). `U` as for [`Self::add`].
     #[inline(always)]
-    unsafe fn add_even_odd(&mut self, p: [V::F; 2], u: [V::F; 2], e: u64) {
+    unsafe fn add_even_odd<const U: bool>(&mut self, p: [V::F; 2], u: [V::F; 2], e: u64) {
         unsafe {
-            self.enter(e);
+            if U {
+                self.enter(e);
+            }
             if !self.even_odd {
                 self.relayout(true);
             }
             let lane = (e % NORM_LANES as u64) as usize;
             self.p = V::acc_add_squares_even_odd(self.p, p[0], p[1], lane);
-            self.u = V::acc_add_squares_even_odd(self.u, u[0], u[1], lane);
+            if U {
+                self.u = V::acc_add_squares_even_odd(self.u, u[0], u[1], lane);
+            }
         }
     }
 
@@ -152,8 +172,9 @@ impl<V: Simd> BlockNorms<V> {
 }
 
 /// Pass 1: moments, and the norms of p and of u computed from the moments as stored; with
-/// `KEEP`, u also goes to state slot 2 (the workspace's directions) for pass 2.
-pub(super) struct LambPass1<V: Simd, const KEEP: bool> {
+/// `KEEP`, u also goes to state slot 2 (the workspace's directions) for pass 2. Without `SUM_U`
+/// the sum of p alone, u's left to [`sum_of_squares`] ([`norms_apart`]).
+pub(super) struct LambPass1<V: Simd, const KEEP: bool, const SUM_U: bool = true> {
     k: LambV<V>,
     omb1: V::F,
     beta2: V::F,
@@ -161,7 +182,7 @@ pub(super) struct LambPass1<V: Simd, const KEEP: bool> {
     norms: BlockNorms<V>,
 }
 
-impl<V: Simd, const KEEP: bool> LambPass1<V, KEEP> {
+impl<V: Simd, const KEEP: bool, const SUM_U: bool> LambPass1<V, KEEP, SUM_U> {
     #[inline(always)]
     unsafe fn new(c: &LambConsts, norms: BlockNorms<V>) -> Self {
         unsafe {
@@ -176,7 +197,7 @@ impl<V: Simd, const KEEP: bool> LambPass1<V, KEEP> {
     }
 }
 
-impl<V: Simd, const KEEP: bool> LambPass1<V, KEEP> {
+impl<V: Simd, const KEEP: bool, const SUM_U: bool> LambPass1<V, KEEP, SUM_U> {
     /// The moments of one vector of values, left in `v` as stored; returns u (also in `v.s[2]`).
     #[inline(always)]
     unsafe fn moments_and_direction<L: Layout<V>>(
@@ -208,7 +229,7 @@ impl<V: Simd, const KEEP: bool> LambPass1<V, KEEP> {
     }
 }
 
-impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
+impl<V: Simd, const KEEP: bool, const SUM_U: bool> ElementOp<V> for LambPass1<V, KEEP, SUM_U> {
     const WRITE_W: bool = false;
     const WRITE_S: [bool; 3] = [true, true, KEEP];
     const ROUNDS_IN_APPLY: bool = true;
@@ -231,9 +252,9 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
             // even/odd order may have come before only where the driver can take them
             // (`Driver::EVEN_ODD`: paired draws, so paired 16-bit stores, or blocks of bits).
             if const { L::EVEN_ODD && V::EVEN_ODD && (V::PAIRED_U16 || V::RNG_BLOCK) } {
-                self.norms.add::<true>(v.p, u, e);
+                self.norms.add::<true, SUM_U>(v.p, u, e);
             } else {
-                self.norms.add::<false>(v.p, u, e);
+                self.norms.add::<false, SUM_U>(v.p, u, e);
             }
         }
     }
@@ -250,7 +271,7 @@ impl<V: Simd, const KEEP: bool> ElementOp<V> for LambPass1<V, KEEP> {
         unsafe {
             let ux = self.moments_and_direction(x, e, b, drawn[0]);
             let uy = self.moments_and_direction(y, e + V::LANES as u64, b, drawn[1]);
-            self.norms.add_even_odd([x.p, y.p], [ux, uy], e);
+            self.norms.add_even_odd::<SUM_U>([x.p, y.p], [ux, uy], e);
         }
     }
 }
@@ -338,6 +359,9 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
         let n = t.weights.len();
         let base = t.stream.index_base;
         debug_assert_eq!(out.len(), crate::reference::norm::spanned_blocks(base, n));
+        if const { SR && V::LAMB_NORMS_APART } && rounds_moments(t) {
+            return norms_apart::<V>(c, ctx, t, out, kept, step_len);
+        }
         let norms = BlockNorms::new(base, out.as_mut_ptr());
         let mut d = DynBufs {
             w: Buf::weights(&mut t.weights),
@@ -386,6 +410,100 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
                 p1.norms.close();
             }
         }
+    }
+}
+
+/// Whether a tensor's first pass rounds both moments stochastically (bf16-SR states).
+fn rounds_moments(t: &LambTensor<'_>) -> bool {
+    let sr = |s: &State<'_>| matches!(s, State::Bf16(_, Rounding::Stochastic));
+    sr(&t.exp_avg) && sr(&t.exp_avg_sq)
+}
+
+/// [`lamb_pass1`] in two loops per norm block ([`Simd::LAMB_NORMS_APART`]): the moments, u
+/// (kept in `kept`, or for the block in 8 KiB on the stack) and the sum of squares of p, then
+/// the sum of squares of u ([`sum_of_squares`]). The same sums as in one loop.
+#[inline(always)]
+unsafe fn norms_apart<V: Simd>(
+    c: &LambConsts,
+    ctx: &StepContext,
+    t: &mut LambTensor<'_>,
+    out: &mut [[f64; 2]],
+    mut kept: Option<&mut [f32]>,
+    step_len: StepLen,
+) {
+    unsafe {
+        let first = t.stream.index_base / NORM_BLOCK as u64;
+        let mut block_u = [0f32; NORM_BLOCK];
+        let mut rest = t.reborrow();
+        let mut done = 0;
+        while !rest.is_empty() {
+            let base = rest.stream.index_base;
+            let len = (NORM_BLOCK - (base % NORM_BLOCK as u64) as usize).min(rest.len());
+            let (mut piece, tail) = rest.split_at(len);
+            let u = match kept.as_deref_mut() {
+                Some(k) => &mut k[done..done + len],
+                None => &mut block_u[..len],
+            };
+            let d = DynBufs {
+                w: Buf::weights(&mut piece.weights),
+                g: Some(Buf::grads(&piece.grads)),
+                s: [
+                    Some(Buf::state(&mut piece.exp_avg)),
+                    Some(Buf::state(&mut piece.exp_avg_sq)),
+                    Some(Buf::F32(u.as_mut_ptr())),
+                ],
+                step_len,
+            };
+            let sums = &mut out[(base / NORM_BLOCK as u64 - first) as usize];
+            let mut moments =
+                LambPass1::<V, true, false>::new(c, BlockNorms::for_block(base, sums));
+            let st = &piece.stream;
+            lamb_layouts!(
+                true,
+                V,
+                len,
+                base,
+                ctx,
+                st,
+                d,
+                &mut moments,
+                [Has, Has, Has, Kept],
+                memory_saving
+            );
+            moments.norms.close();
+            sums[1] = sum_of_squares::<V>(u.as_ptr(), base, len);
+            done += len;
+            rest = tail;
+        }
+    }
+}
+
+/// The sum of squares of `len` f32 from `x`, the first at global index `e0`, all in one norm
+/// block (SPEC.md §7): each whole set of lanes (16 elements from a multiple of 16) in vectors,
+/// each widened from memory, the elements before and after those one by one; the same sum,
+/// since every lane adds the same exact squares in the same order.
+#[inline(always)]
+unsafe fn sum_of_squares<V: Simd>(x: *const f32, e0: u64, len: usize) -> f64 {
+    unsafe {
+        let add = |lanes: &mut _, i: usize| add_square(lanes, e0 + i as u64, *x.add(i));
+        let head = ((NORM_LANES as u64 - e0 % NORM_LANES as u64) as usize % NORM_LANES).min(len);
+        let end = head + (len - head) / NORM_LANES * NORM_LANES;
+        let mut lanes = [0f64; NORM_LANES];
+        for i in 0..head {
+            add(&mut lanes, i);
+        }
+        let mut acc = V::acc_from_lanes(lanes);
+        for i in (head..end).step_by(NORM_LANES) {
+            for k in 0..NORM_LANES / V::LANES {
+                let lane0 = k * V::LANES;
+                acc = V::acc_add_squares(acc, V::load(x.add(i + lane0)), lane0);
+            }
+        }
+        lanes = V::acc_lanes(acc);
+        for i in end..len {
+            add(&mut lanes, i);
+        }
+        fold_lanes(lanes)
     }
 }
 
