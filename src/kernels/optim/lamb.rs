@@ -363,21 +363,11 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
             return norms_apart::<V>(c, ctx, t, out, kept, step_len);
         }
         let norms = BlockNorms::new(base, out.as_mut_ptr());
-        let mut d = DynBufs {
-            w: Buf::weights(&mut t.weights),
-            g: Some(Buf::grads(&t.grads)),
-            s: [
-                Some(Buf::state(&mut t.exp_avg)),
-                Some(Buf::state(&mut t.exp_avg_sq)),
-                None,
-            ],
-            step_len,
-        };
-        let st = &t.stream;
         match kept {
             Some(kept) => {
                 debug_assert_eq!(kept.len(), n);
-                d.s[2] = Some(Buf::F32(kept.as_mut_ptr()));
+                let d = pass1_bufs(t, Some(kept), step_len);
+                let st = &t.stream;
                 let mut p1 = LambPass1::<V, true>::new(c, norms);
                 lamb_layouts!(
                     SR,
@@ -394,6 +384,8 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
                 p1.norms.close();
             }
             None => {
+                let d = pass1_bufs(t, None, step_len);
+                let st = &t.stream;
                 let mut p1 = LambPass1::<V, false>::new(c, norms);
                 lamb_layouts!(
                     SR,
@@ -413,13 +405,28 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
     }
 }
 
+/// Pass 1's buffers: the tensor's, and where u is kept (state slot 2), if it is.
+#[inline(always)]
+fn pass1_bufs(t: &mut LambTensor<'_>, kept: Option<&mut [f32]>, step_len: StepLen) -> DynBufs {
+    DynBufs {
+        w: Buf::weights(&mut t.weights),
+        g: Some(Buf::grads(&t.grads)),
+        s: [
+            Some(Buf::state(&mut t.exp_avg)),
+            Some(Buf::state(&mut t.exp_avg_sq)),
+            kept.map(|k| Buf::F32(k.as_mut_ptr())),
+        ],
+        step_len,
+    }
+}
+
 /// Whether a tensor's first pass rounds both moments stochastically (bf16-SR states).
 fn rounds_moments(t: &LambTensor<'_>) -> bool {
     let sr = |s: &State<'_>| matches!(s, State::Bf16(_, Rounding::Stochastic));
     sr(&t.exp_avg) && sr(&t.exp_avg_sq)
 }
 
-/// [`lamb_pass1`] in two loops per norm block ([`Simd::LAMB_NORMS_APART`]): the moments, u
+/// [`lamb_pass1`] in two loops per norm block ([`crate::arch::Simd::LAMB_NORMS_APART`]): the moments, u
 /// (kept in `kept`, or for the block in 8 KiB on the stack) and the sum of squares of p, then
 /// the sum of squares of u ([`sum_of_squares`]). The same sums as in one loop.
 #[inline(always)]
@@ -444,19 +451,10 @@ unsafe fn norms_apart<V: Simd>(
                 Some(k) => &mut k[done..done + len],
                 None => &mut block_u[..len],
             };
-            let d = DynBufs {
-                w: Buf::weights(&mut piece.weights),
-                g: Some(Buf::grads(&piece.grads)),
-                s: [
-                    Some(Buf::state(&mut piece.exp_avg)),
-                    Some(Buf::state(&mut piece.exp_avg_sq)),
-                    Some(Buf::F32(u.as_mut_ptr())),
-                ],
-                step_len,
-            };
             let sums = &mut out[(base / NORM_BLOCK as u64 - first) as usize];
             let mut moments =
                 LambPass1::<V, true, false>::new(c, BlockNorms::for_block(base, sums));
+            let d = pass1_bufs(&mut piece, Some(&mut *u), step_len);
             let st = &piece.stream;
             lamb_layouts!(
                 true,
