@@ -366,7 +366,7 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
         match kept {
             Some(kept) => {
                 debug_assert_eq!(kept.len(), n);
-                let d = pass1_bufs(t, Some(kept), step_len);
+                let d = pass1_bufs(t, Some(kept.as_mut_ptr()), step_len);
                 let st = &t.stream;
                 let mut p1 = LambPass1::<V, true>::new(c, norms);
                 lamb_layouts!(
@@ -405,16 +405,17 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
     }
 }
 
-/// Pass 1's buffers: the tensor's, and where u is kept (state slot 2), if it is.
+/// Pass 1's buffers: the tensor's, and where u is kept (state slot 2, one f32 per element of
+/// `t`), if it is.
 #[inline(always)]
-fn pass1_bufs(t: &mut LambTensor<'_>, kept: Option<&mut [f32]>, step_len: StepLen) -> DynBufs {
+fn pass1_bufs(t: &mut LambTensor<'_>, kept: Option<*mut f32>, step_len: StepLen) -> DynBufs {
     DynBufs {
         w: Buf::weights(&mut t.weights),
         g: Some(Buf::grads(&t.grads)),
         s: [
             Some(Buf::state(&mut t.exp_avg)),
             Some(Buf::state(&mut t.exp_avg_sq)),
-            kept.map(|k| Buf::F32(k.as_mut_ptr())),
+            kept.map(Buf::F32),
         ],
         step_len,
     }
@@ -435,26 +436,34 @@ unsafe fn norms_apart<V: Simd>(
     ctx: &StepContext,
     t: &mut LambTensor<'_>,
     out: &mut [[f64; 2]],
-    mut kept: Option<&mut [f32]>,
+    kept: Option<&mut [f32]>,
     step_len: StepLen,
 ) {
     unsafe {
         let first = t.stream.index_base / NORM_BLOCK as u64;
-        let mut block_u = [0f32; NORM_BLOCK];
+        // u's place: the workspace, each block at its own offset; without one, 8 KiB on the stack
+        // that every block reuses. Left uninitialised (a zeroed array cost an 8 KiB memset per
+        // call, with a workspace too): only raw pointers reach it, and the moments' loop writes
+        // u to each of a block's elements (`WRITE_S[2]`) before `sum_of_squares` reads them.
+        let mut block_u = core::mem::MaybeUninit::<[f32; NORM_BLOCK]>::uninit();
+        let (whole, moves) = match kept {
+            Some(k) => {
+                debug_assert_eq!(k.len(), t.len());
+                (k.as_mut_ptr(), true)
+            }
+            None => (block_u.as_mut_ptr().cast::<f32>(), false),
+        };
         let mut rest = t.reborrow();
         let mut done = 0;
         while !rest.is_empty() {
             let base = rest.stream.index_base;
             let len = (NORM_BLOCK - (base % NORM_BLOCK as u64) as usize).min(rest.len());
             let (mut piece, tail) = rest.split_at(len);
-            let u = match kept.as_deref_mut() {
-                Some(k) => &mut k[done..done + len],
-                None => &mut block_u[..len],
-            };
+            let u = whole.add(if moves { done } else { 0 });
             let sums = &mut out[(base / NORM_BLOCK as u64 - first) as usize];
             let mut moments =
                 LambPass1::<V, true, false>::new(c, BlockNorms::for_block(base, sums));
-            let d = pass1_bufs(&mut piece, Some(&mut *u), step_len);
+            let d = pass1_bufs(&mut piece, Some(u), step_len);
             let st = &piece.stream;
             lamb_layouts!(
                 true,
@@ -469,7 +478,7 @@ unsafe fn norms_apart<V: Simd>(
                 memory_saving
             );
             moments.norms.close();
-            sums[1] = sum_of_squares::<V>(u.as_ptr(), base, len);
+            sums[1] = sum_of_squares::<V>(u, base, len);
             done += len;
             rest = tail;
         }
