@@ -223,7 +223,7 @@ macro_rules! span {
                 p = in(reg) $p, in("ymm12") mask, in("ymm13") zero,
                 out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _,
                 out("ymm5") _, out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _,
-                out("ymm10") _, out("ymm14") _, out("ymm15") _)
+                out("ymm10") _, out("ymm11") _, out("ymm14") _, out("ymm15") _)
         });
         println!("| {} | {:.1} |", $name, c);
     }};
@@ -262,6 +262,27 @@ macro_rules! even_odd {
             "vmovdqu [{p} + ",
             $at,
             " + 0x820], ymm9"
+        )
+    };
+}
+
+/// As [`even_odd`], the halves paired first by a `vperm2i128` each (low halves of `$a` and `$b`
+/// in ymm10, high halves in ymm11), so that the in-lane picks leave the words in order.
+macro_rules! even_odd_halves_first {
+    ($a:literal, $b:literal, $at:literal) => {
+        concat!(
+            "vperm2i128 ymm10, ", $a, ", ", $b, ", 0x20\n",
+            "vperm2i128 ymm11, ", $a, ", ", $b, ", 0x31\n",
+            "vshufps ymm8, ymm10, ymm11, 0x88\n",
+            "vshufps ymm9, ymm10, ymm11, 0xdd\n",
+            "vpblendw ymm10, ymm8, ymm13, 0xaa\n",
+            "vmovdqu [{p} + ", $at, "], ymm10\n",
+            "vpblendw ymm10, ymm9, ymm13, 0xaa\n",
+            "vmovdqu [{p} + ", $at, " + 0x800], ymm10\n",
+            "vpsrld ymm8, ymm8, 16\n",
+            "vmovdqu [{p} + ", $at, " + 0x20], ymm8\n",
+            "vpsrld ymm9, ymm9, 16\n",
+            "vmovdqu [{p} + ", $at, " + 0x820], ymm9"
         )
     };
 }
@@ -336,6 +357,15 @@ unsafe fn fill(ghz: f64) {
             "0x0c0",
             "vpermpd ymm8, ymm8, 0xd8\nvpermpd ymm9, ymm9, 0xd8"
         )
+    );
+    span!(
+        ghz,
+        p,
+        "even/odd, halves paired first (`vperm2i128`, `vshufps`)",
+        even_odd_halves_first!("ymm0", "ymm1", "0x000"),
+        even_odd_halves_first!("ymm2", "ymm3", "0x040"),
+        even_odd_halves_first!("ymm4", "ymm5", "0x080"),
+        even_odd_halves_first!("ymm6", "ymm7", "0x0c0")
     );
     span!(
         ghz,
