@@ -1,7 +1,7 @@
 //! The CPU this process runs on: which backends it can run ([`Backend`]), whether the x86
 //! backends issue software prefetches ([`software_prefetch`]), where AVX-512's Adagrad takes its
-//! square roots ([`ROOTS_ENV`]) and how its bulk fill of random bits orders them
-//! ([`packs_beside_aes`]). Below everything that computes, so that kernels and errors can
+//! square roots ([`ROOTS_ENV`]), how its bulk fill of random bits orders them
+//! ([`packs_beside_aes`]) and where AVX2's optimizer loops take theirs ([`BITS_ENV`]). Below everything that computes, so that kernels and errors can
 //! name a backend without reaching up to the dispatch table.
 
 use std::sync::OnceLock;
@@ -349,6 +349,36 @@ pub(crate) fn roots_off_divider() -> bool {
                 eprintln!(
                     "halfstep: {ROOTS_ENV}={other:?} is not split, divider or auto; using auto"
                 );
+                intel()
+            }
+        }
+    })
+}
+
+/// The environment variable that chooses where the AVX2 backend makes the random bits of the
+/// optimizer steps whose loops may make them as they go (Adagrad's stochastic layouts, Adam's and
+/// LAMB's bf16-SR weights): `loop`, `fill` (a block at a time before the loop reaches it), or
+/// `auto` (the loop on Intel CPUs). The bits are the same either way.
+pub const BITS_ENV: &str = "HALFSTEP_BITS";
+
+/// Whether the steps that can ([`BITS_ENV`]) make their random bits in their loops.
+/// `auto` (or unset): on Intel CPUs, where the AES rounds ran beside the divider (an Emerald Rapids
+/// CPU and 16-core host, AVX2, 64K: Adagrad's bf16-SR states 0.90x the time, Adam's and LAMB's
+/// bf16-SR weights 0.94-0.97x); not on AMD's, where the rounds take the pipes of the loop's
+/// multiplies and the divider leaves them less room (Zen 3: the fill took Adagrad's bf16-SR states
+/// 0.94x the time, its bf16-SR weights 0.81x, AdamW's 0.89x, LAMB's 0.90x).
+/// `loop` and `fill` force it on and off. Decided once per process; another value is reported on
+/// stderr once and read as `auto`.
+pub(crate) fn bits_in_loop() -> bool {
+    static SETTING: OnceLock<bool> = OnceLock::new();
+    *SETTING.get_or_init(|| {
+        let value = std::env::var(BITS_ENV).ok();
+        match value.as_deref().map(str::trim) {
+            Some("loop") => true,
+            Some("fill") => false,
+            None | Some("") | Some("auto") => intel(),
+            Some(other) => {
+                eprintln!("halfstep: {BITS_ENV}={other:?} is not loop, fill or auto; using auto");
                 intel()
             }
         }

@@ -55,7 +55,7 @@ mod storage;
 mod team;
 mod tensors;
 
-pub use cpu::{ALL_BACKENDS, Backend, PREFETCH_ENV, ROOTS_ENV, software_prefetch};
+pub use cpu::{ALL_BACKENDS, BITS_ENV, Backend, PREFETCH_ENV, ROOTS_ENV, software_prefetch};
 pub use dispatch::{BACKEND_ENV, Engine};
 pub use error::{Error, Result};
 pub use openmp::{OpenMp, ParallelFn};

@@ -58,7 +58,8 @@ pub(super) trait ElementOp<V: Simd> {
     /// AES rounds' pipes idle: every layout (AVX2 on an Emerald Rapids CPU, bf16-SR states 0.90x
     /// the time at 64K). Adam and LAMB: their bf16-SR weights (one buffer, 0.94-0.97x), not
     /// their bf16-SR moments (two, whose bits their loops, holding more values, made slower:
-    /// 1.03-1.19x; docs/DESIGN.md).
+    /// 1.03-1.19x; docs/DESIGN.md). Where the CPU gains by it ([`crate::cpu::bits_in_loop`]: on
+    /// Intel's, not on AMD's Zen 3, where the fill took these layouts 0.81-0.94x the time).
     const BITS_IN_LOOP_UP_TO: usize = 0;
     /// Whether `apply` treats each lane alone, whatever element it holds: the driver may then
     /// hand it a pair of chunks in even/odd order (`Driver::EVEN_ODD`). Not LAMB's first pass,
@@ -557,7 +558,10 @@ impl<V: Simd> NanAcc<V> {
 
 /// The element-wise driver: a [`ChunkBody`] that runs full chunks through [`process`] in place
 /// and stages partial ones.
-struct Driver<'a, V: Simd, L: Layout<V>, O: ElementOp<V>> {
+///
+/// `IN_LOOP`: whether the loop may make the blocks' random bits as it goes
+/// ([`Self::FILLS_AHEAD`]); [`drive`] picks it at run time ([`crate::cpu::bits_in_loop`]).
+struct Driver<'a, V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> {
     b: &'a mut Bufs<V, L>,
     op: &'a mut O,
     c: ChunkBufs<V, L>,
@@ -574,7 +578,9 @@ struct Driver<'a, V: Simd, L: Layout<V>, O: ElementOp<V>> {
 /// on, are ones the loop has read.
 const FILL_AHEAD: u64 = 512;
 
-impl<V: Simd, L: Layout<V>, O: ElementOp<V>> ChunkBody<V> for Driver<'_, V, L, O> {
+impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> ChunkBody<V>
+    for Driver<'_, V, L, O, IN_LOOP>
+{
     #[inline(always)]
     unsafe fn full(&mut self, off: isize, e: u64) {
         unsafe {
@@ -726,7 +732,10 @@ macro_rules! each_drawing_stream {
 
 /// Whether every stream the driver draws from holds the block of element `e` already.
 #[inline(always)]
-fn each_holds<V: Simd, L: Layout<V>, O: ElementOp<V>>(d: &mut Driver<'_, V, L, O>, e: u64) -> bool {
+fn each_holds<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool>(
+    d: &mut Driver<'_, V, L, O, IN_LOOP>,
+    e: u64,
+) -> bool {
     let mut all = true;
     each_drawing_stream!(d, (_k, rng) => all &= rng.holds(e));
     all
@@ -739,7 +748,7 @@ type Drawn<V> = [Option<[<V as crate::arch::Simd>::U; 2]>; 4];
 /// One chunk's part of [`Drawn`]: the bits of its stores, in the same order.
 pub(super) type ChunkBits<V> = [Option<<V as crate::arch::Simd>::U>; 4];
 
-impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
+impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, L, O, IN_LOOP> {
     /// Which buffers the op stores can round stochastically (their kinds can): weights, then
     /// state slots 0-2, the order of [`Drawn`].
     const STORED_MAY_DRAW: [bool; 4] = [
@@ -926,7 +935,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>> Driver<'_, V, L, O> {
     /// ([`ElementOp::BITS_IN_LOOP_UP_TO`]).
     /// Both loops that take them make them (`grouped_loop`, and `full_run_chunks` where chunks
     /// do not overlap); the overlapping chunk loop does not.
-    const FILLS_AHEAD: bool = V::RNG_BLOCK
+    const FILLS_AHEAD: bool = IN_LOOP && Self::MAY_FILL_AHEAD;
+
+    /// Whether the layout and op let the loop make the bits as it goes ([`Self::FILLS_AHEAD`]
+    /// where `IN_LOOP`).
+    const MAY_FILL_AHEAD: bool = V::RNG_BLOCK
         && Self::STORES_MAY_DRAW
         && Self::STORES_DRAWING <= O::BITS_IN_LOOP_UP_TO
         && L::MAY_DRAW_BITS
@@ -1367,15 +1380,29 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
         } else {
             None
         };
-        let mut driver = Driver {
-            b,
-            op,
-            c,
-            prefetch,
-            filled: 0,
-        };
-        driver.arrange_bits();
-        run_chunks::<V, _>(base, n, &mut driver);
+        // Where the loop may make the bits, the CPU decides whether it does: two copies of the
+        // loop, for those layouts only (the other branch is never instantiated).
+        if Driver::<V, L, O, true>::MAY_FILL_AHEAD && !crate::cpu::bits_in_loop() {
+            let mut driver = Driver::<V, L, O, false> {
+                b,
+                op,
+                c,
+                prefetch,
+                filled: 0,
+            };
+            driver.arrange_bits();
+            run_chunks::<V, _>(base, n, &mut driver);
+        } else {
+            let mut driver = Driver::<V, L, O, true> {
+                b,
+                op,
+                c,
+                prefetch,
+                filled: 0,
+            };
+            driver.arrange_bits();
+            run_chunks::<V, _>(base, n, &mut driver);
+        }
     }
 }
 
