@@ -339,20 +339,23 @@ pub const ROOTS_ENV: &str = "HALFSTEP_ROOTS";
 /// stderr once and read as `auto`.
 pub(crate) fn roots_off_divider() -> bool {
     static SETTING: OnceLock<bool> = OnceLock::new();
-    *SETTING.get_or_init(|| {
-        let value = std::env::var(ROOTS_ENV).ok();
-        match value.as_deref().map(str::trim) {
-            Some("split") => true,
-            Some("divider") => false,
-            None | Some("") | Some("auto") => intel(),
-            Some(other) => {
-                eprintln!(
-                    "halfstep: {ROOTS_ENV}={other:?} is not split, divider or auto; using auto"
-                );
-                intel()
-            }
+    *SETTING.get_or_init(|| on_intel_unless(ROOTS_ENV, "split", "divider"))
+}
+
+/// A choice made on Intel CPUs unless the environment variable `name` says `on` (true) or `off`
+/// (false); unset, empty or `auto`: whether the CPU is Intel's. Another value is reported on stderr
+/// and read as `auto`.
+fn on_intel_unless(name: &str, on: &str, off: &str) -> bool {
+    let value = std::env::var(name).ok();
+    match value.as_deref().map(str::trim) {
+        Some(v) if v == on => true,
+        Some(v) if v == off => false,
+        None | Some("") | Some("auto") => intel(),
+        Some(other) => {
+            eprintln!("halfstep: {name}={other:?} is not {on}, {off} or auto; using auto");
+            intel()
         }
-    })
+    }
 }
 
 /// The environment variable that chooses where the AVX2 backend makes the random bits of the
@@ -371,18 +374,7 @@ pub const BITS_ENV: &str = "HALFSTEP_BITS";
 /// stderr once and read as `auto`.
 pub(crate) fn bits_in_loop() -> bool {
     static SETTING: OnceLock<bool> = OnceLock::new();
-    *SETTING.get_or_init(|| {
-        let value = std::env::var(BITS_ENV).ok();
-        match value.as_deref().map(str::trim) {
-            Some("loop") => true,
-            Some("fill") => false,
-            None | Some("") | Some("auto") => intel(),
-            Some(other) => {
-                eprintln!("halfstep: {BITS_ENV}={other:?} is not loop, fill or auto; using auto");
-                intel()
-            }
-        }
-    })
+    *SETTING.get_or_init(|| on_intel_unless(BITS_ENV, "loop", "fill"))
 }
 
 /// Whether `fill_bits` puts the values in element order by two shuffles that issue beside the

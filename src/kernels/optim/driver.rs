@@ -1383,26 +1383,43 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
         // Where the loop may make the bits, the CPU decides whether it does: two copies of the
         // loop, for those layouts only (the other branch is never instantiated).
         if Driver::<V, L, O, true>::MAY_FILL_AHEAD && !crate::cpu::bits_in_loop() {
-            let mut driver = Driver::<V, L, O, false> {
-                b,
-                op,
-                c,
-                prefetch,
-                filled: 0,
-            };
-            driver.arrange_bits();
-            run_chunks::<V, _>(base, n, &mut driver);
+            run_driver(
+                Driver::<V, L, O, false> {
+                    b,
+                    op,
+                    c,
+                    prefetch,
+                    filled: 0,
+                },
+                base,
+                n,
+            )
         } else {
-            let mut driver = Driver::<V, L, O, true> {
-                b,
-                op,
-                c,
-                prefetch,
-                filled: 0,
-            };
-            driver.arrange_bits();
-            run_chunks::<V, _>(base, n, &mut driver);
+            run_driver(
+                Driver::<V, L, O, true> {
+                    b,
+                    op,
+                    c,
+                    prefetch,
+                    filled: 0,
+                },
+                base,
+                n,
+            )
         }
+    }
+}
+
+/// Runs `driver` over the `n` elements from global index `base`.
+#[inline(always)]
+unsafe fn run_driver<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool>(
+    mut driver: Driver<'_, V, L, O, IN_LOOP>,
+    base: u64,
+    n: usize,
+) {
+    unsafe {
+        driver.arrange_bits();
+        run_chunks::<V, _>(base, n, &mut driver);
     }
 }
 
