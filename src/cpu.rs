@@ -1,8 +1,9 @@
 //! The CPU this process runs on: which backends it can run ([`Backend`]), whether the x86
 //! backends issue software prefetches ([`software_prefetch`]), where AVX-512's Adagrad takes its
 //! square roots ([`ROOTS_ENV`]), how its bulk fill of random bits orders them
-//! ([`packs_beside_aes`]) and where AVX2's optimizer loops take theirs ([`BITS_ENV`]). Below everything that computes, so that kernels and errors can
-//! name a backend without reaching up to the dispatch table.
+//! ([`packs_beside_aes`]) and where AVX2's optimizer loops take theirs ([`BITS_ENV`]). Below
+//! everything that computes, so that kernels and errors can name a backend without reaching up to
+//! the dispatch table.
 
 use std::sync::OnceLock;
 

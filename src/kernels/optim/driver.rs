@@ -1381,7 +1381,8 @@ pub(super) unsafe fn drive<V: Simd, L: Layout<V>, O: ElementOp<V>>(
             None
         };
         // Where the loop may make the bits, the CPU decides whether it does: two copies of the
-        // loop, for those layouts only (the other branch is never instantiated).
+        // loop, for those layouts only (for the others the test is a constant false and the
+        // second copy dead code).
         if Driver::<V, L, O, true>::MAY_FILL_AHEAD && !crate::cpu::bits_in_loop() {
             run_driver(
                 Driver::<V, L, O, false> {
