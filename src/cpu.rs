@@ -348,14 +348,20 @@ pub(crate) fn roots_off_divider() -> bool {
 /// and read as `auto`.
 fn on_intel_unless(name: &str, on: &str, off: &str) -> bool {
     let value = std::env::var(name).ok();
-    match value.as_deref().map(str::trim) {
-        Some(v) if v == on => true,
-        Some(v) if v == off => false,
-        None | Some("") | Some("auto") => intel(),
-        Some(other) => {
-            eprintln!("halfstep: {name}={other:?} is not {on}, {off} or auto; using auto");
-            intel()
-        }
+    intel_choice(value.as_deref(), on, off).unwrap_or_else(|other| {
+        eprintln!("halfstep: {name}={other:?} is not {on}, {off} or auto; using auto");
+        intel()
+    })
+}
+
+/// A value of [`on_intel_unless`]'s variable read: `on` true, `off` false, unset, empty or `auto`
+/// whether the CPU is Intel's; anything else is returned as the error.
+fn intel_choice(value: Option<&str>, on: &str, off: &str) -> core::result::Result<bool, String> {
+    match value.map(str::trim) {
+        Some(v) if v == on => Ok(true),
+        Some(v) if v == off => Ok(false),
+        None | Some("") | Some("auto") => Ok(intel()),
+        Some(other) => Err(other.to_string()),
     }
 }
 
@@ -458,6 +464,19 @@ pub(crate) mod checks {
             assert_eq!(prefetch_setting(auto), Ok(prefetch_auto()));
         }
         assert_eq!(prefetch_setting(Some("yes")), Err("yes".to_string()));
+    }
+
+    /// `HALFSTEP_ROOTS` and `HALFSTEP_BITS` values, as [`on_intel_unless`] reads them.
+    pub(crate) fn intel_choices_read_their_words() {
+        for (on, off) in [("split", "divider"), ("loop", "fill")] {
+            assert_eq!(intel_choice(Some(on), on, off), Ok(true));
+            assert_eq!(intel_choice(Some(&format!(" {off} ")), on, off), Ok(false));
+            for auto in [None, Some(""), Some("auto")] {
+                assert_eq!(intel_choice(auto, on, off), Ok(intel()));
+            }
+            assert_eq!(intel_choice(Some("on"), on, off), Err("on".to_string()));
+            assert_eq!(intel_choice(Some(off), off, on), Ok(true));
+        }
     }
 
     /// Which optimizer-step pieces each setting prefetches, and how far ahead.

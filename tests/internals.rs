@@ -25,6 +25,12 @@ fn prefetch_setting_reads_on_off_auto_and_follows_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "CPUID is not supported under Miri")]
+fn roots_and_bits_settings_read_their_words_and_follow_the_cpu() {
+    internals::intel_choices();
+}
+
+#[test]
 fn block_counts() {
     internals::block_counts();
 }

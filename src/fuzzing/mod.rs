@@ -301,6 +301,11 @@ pub mod internals {
         crate::kernels::optim::checks::layouts_step_buffers();
     }
 
+    /// `HALFSTEP_ROOTS` and `HALFSTEP_BITS` values: each one's two words, and `auto` by CPU.
+    pub fn intel_choices() {
+        crate::cpu::checks::intel_choices_read_their_words();
+    }
+
     /// How many LAMB norm blocks a piece of a tensor touches.
     pub fn block_counts() {
         crate::parallel::checks::block_counts();
