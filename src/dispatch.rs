@@ -264,7 +264,8 @@ macro_rules! simd_backend {
             use crate::kernels;
 
             // The portable backend calls its random-bit fill out of line, the SIMD backends inline
-            // it (see `kernels::BitsFill`).
+            // it in their loops and call it for the chunks a loop leaves alone (see
+            // `kernels::BitsFill`).
             $(#[target_feature(enable = $features)])?
             #[inline(never)]
             unsafe fn bits_fill<const WORDS: bool>(
@@ -309,6 +310,13 @@ macro_rules! simd_backend {
                             bits.fill(group)
                         }
                     }
+                }
+                #[inline(always)]
+                unsafe fn fill_span_out_of_line<const WORDS: bool>(
+                    bits: &mut kernels::GroupBits<$V, WORDS>,
+                    group: u64,
+                ) {
+                    unsafe { bits_fill(bits, group) }
                 }
             }
 

@@ -11,7 +11,9 @@
  * ENTRY is `BUILD:OPTIMIZER:LAYOUT`: BUILD `a` or `b`; OPTIMIZER `sgd` (with momentum), `adagrad`,
  * `adamw` or `lamb`; LAYOUT as the kernel bench's `sr_*` rows: `split` (split weights, bf16 gradients,
  * f32 states), `states` (split weights, bf16 gradients, bf16 states rounded stochastically), `weights`
- * (bf16 weights rounded stochastically, bf16 gradients, f32 states) or `f32` (every buffer f32).
+ * (bf16 weights rounded stochastically, bf16 gradients, f32 states), `f32` (every buffer f32) or
+ * `runtime` (bf16 weights and states rounded stochastically, f32 gradients: a combination the library
+ * accesses at run time, not compiled as a layout of its own).
  * Buffers are placed as the PyTorch package places them. HALFSTEP_BACKEND picks the backend of both
  * builds. Each build is loaded with RTLD_LOCAL, so the two keep their own symbols. */
 #include <dlfcn.h>
@@ -106,7 +108,10 @@ static int parse(entry *e, const char *spec, size_t n) {
         if (!strcmp(opt, optimizers[k])) e->optimizer = k;
     int f32 = !strcmp(layout, "f32"), split = !strcmp(layout, "split");
     int states = !strcmp(layout, "states"), weights = !strcmp(layout, "weights");
-    if (e->optimizer < 0 || !(f32 || split || states || weights)) return 0;
+    int runtime = !strcmp(layout, "runtime");
+    if (e->optimizer < 0 || !(f32 || split || states || weights || runtime)) return 0;
+    states |= runtime;
+    weights |= runtime;
     memset(&e->tensor, 0, sizeof e->tensor);
     hs_tensor *t = &e->tensor;
     t->len = n;
@@ -122,7 +127,8 @@ static int parse(entry *e, const char *spec, size_t n) {
             uint16_t *top = bf16_buffer(n, slot++, 0x3f00, 97);
             t->weights = (hs_buffer){HS_SPLIT, 0, top, bf16_buffer(n, slot++, 0x1234, 4099)};
         }
-        t->grads = (hs_buffer){HS_BF16, 0, bf16_buffer(n, slot++, 0x3a00, 89), NULL};
+        t->grads = runtime ? (hs_buffer){HS_F32, 0, f32_buffer(n, slot++, -0.02f, 1e-3f), NULL}
+                           : (hs_buffer){HS_BF16, 0, bf16_buffer(n, slot++, 0x3a00, 89), NULL};
     }
     int count = e->optimizer < 2 ? 1 : 2;
     for (int s = 0; s < count; s++)

@@ -441,9 +441,21 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
     /// The 16 random bits (one per lane, in the low half) of the chunk starting at global `e`.
     #[inline(always)]
     pub unsafe fn r16(&mut self, e: u64) -> V::U {
+        unsafe { self.r16_filled::<true>(e) }
+    }
+
+    /// [`Self::r16`] with the span's fill called out of line ([`BitsFill::fill_span_out_of_line`]).
+    #[inline(always)]
+    pub unsafe fn r16_alone(&mut self, e: u64) -> V::U {
+        unsafe { self.r16_filled::<false>(e) }
+    }
+
+    /// [`Self::r16`], the span filled through [`BitsFill::fill_span`] where `FILL_INLINE`.
+    #[inline(always)]
+    unsafe fn r16_filled<const FILL_INLINE: bool>(&mut self, e: u64) -> V::U {
         unsafe {
             debug_assert!(e.is_multiple_of(V::LANES as u64));
-            let d = self.span_group(e);
+            let d = self.span_group::<FILL_INLINE>(e);
             if WORDS {
                 let c = (e & 31) as usize / V::LANES;
                 let w = self.bits[d * Self::PER_GROUP + c % Self::PER_GROUP];
@@ -467,21 +479,24 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
     pub unsafe fn word32(&mut self, e: u64, j: usize) -> V::U {
         unsafe {
             debug_assert!(WORDS && e.is_multiple_of(32) && j < Self::PER_GROUP);
-            self.bits[self.span_group(e) * Self::PER_GROUP + j]
+            self.bits[self.span_group::<true>(e) * Self::PER_GROUP + j]
         }
     }
 
     /// The group of global element `e` within the cached span, after filling the span from that
-    /// group if it is not cached.
+    /// group if it is not cached (through [`BitsFill::fill_span`] where `FILL_INLINE`, else
+    /// [`BitsFill::fill_span_out_of_line`]).
     #[inline(always)]
-    unsafe fn span_group(&mut self, e: u64) -> usize {
+    unsafe fn span_group<const FILL_INLINE: bool>(&mut self, e: u64) -> usize {
         unsafe {
             let group = e >> 5;
             let mut d = group.wrapping_sub(self.group);
             if d >= Self::SPAN {
                 d = group % Self::SPAN;
                 let first = group - d;
-                if V::RNG_FILL_OPAQUE {
+                if !FILL_INLINE {
+                    V::fill_span_out_of_line(self, first);
+                } else if V::RNG_FILL_OPAQUE {
                     V::fill_span(self, core::hint::black_box(first));
                 } else {
                     V::fill_span(self, first);
@@ -503,6 +518,15 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
 pub(crate) trait BitsFill {
     unsafe fn fill_span<const WORDS: bool>(bits: &mut GroupBits<Self, WORDS>, group: u64)
     where
+        Self: arch::Simd;
+    /// [`GroupBits::fill`] out of line on every backend, for the chunks a loop that draws its
+    /// groups' bits in order leaves to be taken alone ([`RoundingBits::r16_alone`]): inlined
+    /// there, a span's eight ARS rounds were copied into each of a layout's single-chunk paths,
+    /// and AVX-512's optimizer entry points took twice the build (docs/DESIGN.md, "Build time").
+    unsafe fn fill_span_out_of_line<const WORDS: bool>(
+        bits: &mut GroupBits<Self, WORDS>,
+        group: u64,
+    ) where
         Self: arch::Simd;
     /// [`fill_block`] on this backend, always out of line (see [`RoundingBits`]).
     unsafe fn fill_block(
@@ -1245,6 +1269,16 @@ impl<V: Simd> RoundingBits<V> {
             let d = e.wrapping_sub(self.start);
             debug_assert!(e.is_multiple_of(V::LANES as u64) && e < self.end && d < BLOCK as u64);
             V::to_bits(V::load(self.bits.add(d as usize).cast()))
+        }
+    }
+
+    /// [`Self::r16`] with the span's fill called out of line, for the chunks a loop that draws its
+    /// groups' bits in order ([`Self::IN_ORDER`]) leaves to be taken alone, at a run's ends.
+    #[inline(always)]
+    pub unsafe fn r16_alone(&mut self, e: u64) -> V::U {
+        unsafe {
+            debug_assert!(Self::IN_ORDER);
+            self.span.assume_init_mut().r16_alone(e)
         }
     }
 

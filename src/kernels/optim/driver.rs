@@ -882,8 +882,9 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
 
     /// [`process`] on the chunk of `c` at `off` (global `e`), with the bits of its stochastic
     /// stores read from blocks in the even/odd layout where [`Self::EVEN_ODD_BLOCKS`]
-    /// ([`RoundingBits::r16_even_odd_blocks`]): the chunks such a loop takes alone, at a run's
-    /// ends. Same bits: each element meets its own.
+    /// ([`RoundingBits::r16_even_odd_blocks`]), or drawn with the span's fill out of line where
+    /// [`Self::PAIRED_DRAWS`] ([`RoundingBits::r16_alone`]): the chunks such a loop takes alone,
+    /// at a run's ends. Same bits: each element meets its own.
     ///
     /// `drawing`: [`Self::drawing`]. An associated function, taking the driver's fields apart,
     /// so that a caller can hand it a stage's buffers or the driver's own.
@@ -897,12 +898,16 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
         drawing: [bool; 4],
     ) {
         unsafe {
-            if const { Self::EVEN_ODD_BLOCKS } {
+            if const { Self::EVEN_ODD_BLOCKS || Self::PAIRED_DRAWS } {
                 let mut drawn: Drawn<V> = [None; 4];
-                let [s0, s1, s2] = &b.rng_s;
-                for (k, rng) in [&b.rng_w, s0, s1, s2].into_iter().enumerate() {
+                let [s0, s1, s2] = &mut b.rng_s;
+                for (k, rng) in [&mut b.rng_w, s0, s1, s2].into_iter().enumerate() {
                     if drawing[k] {
-                        let r = rng.r16_even_odd_blocks(e);
+                        let r = if const { Self::EVEN_ODD_BLOCKS } {
+                            rng.r16_even_odd_blocks(e)
+                        } else {
+                            rng.r16_alone(e)
+                        };
                         drawn[k] = Some([r, r]);
                     }
                 }
@@ -1108,7 +1113,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
         unsafe {
             let l = V::LANES as u64;
             if !e.is_multiple_of(32) && e < end {
-                process::<V, L, O>(self.op, self.b, &self.c, off, e);
+                let drawing = self.drawing();
+                Self::process_chunk(self.op, self.b, &self.c, off, e, drawing);
                 off += l as isize;
                 e += l;
             }
