@@ -632,40 +632,41 @@ fn optimizer_cases() -> impl Iterator<Item = (Case, usize)> {
         .map(|(i, c)| (c, (i * 7) % Kinds::COUNT))
 }
 
-#[test]
-fn sgd_agrees() {
-    for (c, combo) in optimizer_cases() {
-        for cfg in sgd_configs() {
-            agree(OptimizerStep::Sgd(cfg, cfg.momentum != 0.0), &c, combo);
+/// Every config of `configs` on every case of [`optimizer_cases`]. Under Miri, which checks the
+/// portable backend's pointer and chunk code (a matter of lengths, offsets and storage, not of
+/// hyperparameters), every config on one case and the first config on every case (docs/DESIGN.md,
+/// "Test strategy").
+fn agree_on_cases<C: Copy>(configs: Vec<C>, step: impl Fn(C) -> OptimizerStep) {
+    let one_case = cases().len() - 2;
+    for (i, (c, combo)) in optimizer_cases().enumerate() {
+        for (k, &cfg) in configs.iter().enumerate() {
+            if !cfg!(miri) || i == one_case || k == 0 {
+                agree(step(cfg), &c, combo);
+            }
         }
     }
+}
+
+#[test]
+fn sgd_agrees() {
+    agree_on_cases(sgd_configs(), |cfg| {
+        OptimizerStep::Sgd(cfg, cfg.momentum != 0.0)
+    });
 }
 
 #[test]
 fn adagrad_agrees() {
-    for (c, combo) in optimizer_cases() {
-        for cfg in adagrad_configs() {
-            agree(OptimizerStep::Adagrad(cfg), &c, combo);
-        }
-    }
+    agree_on_cases(adagrad_configs(), OptimizerStep::Adagrad);
 }
 
 #[test]
 fn adam_agrees() {
-    for (c, combo) in optimizer_cases() {
-        for cfg in adam_configs() {
-            agree(OptimizerStep::Adam(cfg, cfg.amsgrad), &c, combo);
-        }
-    }
+    agree_on_cases(adam_configs(), |cfg| OptimizerStep::Adam(cfg, cfg.amsgrad));
 }
 
 #[test]
 fn lamb_agrees() {
-    for (c, combo) in optimizer_cases() {
-        for cfg in lamb_configs() {
-            agree(OptimizerStep::Lamb(cfg), &c, combo);
-        }
-    }
+    agree_on_cases(lamb_configs(), OptimizerStep::Lamb);
 }
 
 #[test]
