@@ -18,7 +18,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASELINE = os.path.join(ROOT, "benches", "instructions-baseline.json")
-RESULTS = os.path.join(ROOT, "target", "gungraun", "halfstep", "instructions")
+RESULTS = os.path.join(ROOT, "target", "gungraun", "halfstep-benches", "instructions")
 LIMIT = 0.02
 
 
