@@ -11,7 +11,8 @@ pub(super) struct AdagradOp<V: Simd> {
     eps: V::F,
     /// Whether weight decay applies ([`decays`]).
     decay: bool,
-    /// Whether every other chunk's square root is taken off the divider
+    /// Whether every other chunk's square root (every fourth where a store rounds
+    /// stochastically) is taken off the divider
     /// ([`crate::cpu::roots_off_divider`]).
     split_roots: bool,
 }
@@ -51,10 +52,7 @@ impl<V: Simd> ElementOp<V> for AdagradOp<V> {
                 g = V::fma(self.wd, v.p, g);
             }
             let sum = V::fma(g, g, v.s[1]);
-            // Not where a store may round stochastically: the sequence shares the pipes with the
-            // AES rounds (bf16-SR states and weights 1.13-1.16x the time at 1M on an Emerald
-            // Rapids CPU).
-            let off = !L::MAY_DRAW_BITS && off_divider::<V>(self.split_roots, e, i, group);
+            let off = off_divider::<V>(self.split_roots, L::MAY_DRAW_BITS, e, i, group);
             let denom = V::add(root::<V>(sum, off), self.eps);
             v.s[1] = sum;
             v.p = V::fma(self.neg_clr, V::div(g, denom), v.p);
@@ -104,15 +102,20 @@ pub(crate) unsafe fn adagrad<V: Simd>(
 /// divider (`Simd::sqrt_off_divider`), where `split_roots` ([`crate::cpu::roots_off_divider`]):
 /// every other chunk, by its place in a group (a constant once inlined) or, a chunk alone, by its
 /// index. A test on the index inside a group's loop cost split Adagrad the gain (1.00x the time at
-/// 64K on the Emerald Rapids VM, against 0.80x).
+/// 64K on the Emerald Rapids VM, against 0.80x). Where a store may round stochastically
+/// (`quarter`), the second chunk of every other group, and no chunk alone: there the sequence
+/// shares the pipes with the AES rounds, and every other chunk left those layouts level at 64K and
+/// 1.13-1.16x the time at 1M on Emerald Rapids CPUs, where every fourth took them 0.89-0.92x at
+/// 64K and 1M (a 16-core host, medians); a layout stepped chunk by chunk, testing the index,
+/// took 1.06x (docs/DESIGN.md).
 #[inline(always)]
-fn off_divider<V: Simd>(split_roots: bool, e: u64, i: usize, group: usize) -> bool {
+fn off_divider<V: Simd>(split_roots: bool, quarter: bool, e: u64, i: usize, group: usize) -> bool {
     V::SQRT_OFF_DIVIDER
         && split_roots
         && if group >= 2 {
-            i % 2 == 1
+            i % 2 == 1 && (!quarter || (e / (2 * V::LANES as u64)) % 2 == 1)
         } else {
-            (e / V::LANES as u64) % 2 == 1
+            !quarter && (e / V::LANES as u64) % 2 == 1
         }
 }
 
