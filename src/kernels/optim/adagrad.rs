@@ -105,9 +105,9 @@ pub(crate) unsafe fn adagrad<V: Simd>(
 /// 64K on the Emerald Rapids VM, against 0.80x). Where a store may round stochastically
 /// (`quarter`), the second chunk of every other group, and no chunk alone: there the sequence
 /// shares the pipes with the AES rounds, and every other chunk left those layouts level at 64K and
-/// 1.13-1.16x the time at 1M on Emerald Rapids CPUs, where every fourth took them 0.89-0.92x at
-/// 64K and 1M (a 16-core host, medians); a layout stepped chunk by chunk, testing the index,
-/// took 1.06x (docs/DESIGN.md).
+/// 1.13-1.16x the time at 1M on Emerald Rapids CPUs, where every fourth took them 0.89-0.99x at
+/// 64K and 0.90-0.93x at 1M (a 16-core host, medians of two sets); a layout stepped chunk by
+/// chunk, testing the index, took 1.06x (docs/DESIGN.md).
 #[inline(always)]
 fn off_divider<V: Simd>(split_roots: bool, quarter: bool, e: u64, i: usize, group: usize) -> bool {
     V::SQRT_OFF_DIVIDER
