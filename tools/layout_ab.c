@@ -41,6 +41,9 @@ typedef struct {
     hs_status (*lamb)(const hs_lamb_config *, const hs_step_context *, hs_tensor *, size_t,
                       const hs_threads *, hs_lamb_workspace *);
     hs_lamb_workspace *workspace;
+    /* A team of the calling thread alone: NULL would step on the global pool, which cuts a step
+     * over more than 65536 elements across every CPU the process may run on. */
+    hs_threads *team;
     const char *(*last_error)(void);
 } build;
 
@@ -57,11 +60,19 @@ static void load(build *b, const char *path) {
     *(void **)&b->last_error = dlsym(h, "hs_last_error");
     hs_lamb_workspace *(*workspace_new)(void);
     *(void **)&workspace_new = dlsym(h, "hs_lamb_workspace_new");
-    if (!b->sgd || !b->adagrad || !b->adam || !b->lamb || !b->last_error || !workspace_new) {
+    hs_threads *(*calling_thread)(uint32_t);
+    *(void **)&calling_thread = dlsym(h, "hs_threads_calling_thread");
+    if (!b->sgd || !b->adagrad || !b->adam || !b->lamb || !b->last_error || !workspace_new ||
+        !calling_thread) {
         fprintf(stderr, "layout_ab: %s lacks an entry point\n", path);
         exit(1);
     }
     b->workspace = workspace_new();
+    b->team = calling_thread(1);
+    if (!b->workspace || !b->team) {
+        fprintf(stderr, "layout_ab: %s\n", b->last_error());
+        exit(1);
+    }
 }
 
 /* The `slot`-th buffer of a tensor: `slot * 768` bytes into a page, and from 4 MiB on `slot` whole
@@ -145,10 +156,10 @@ static void step(const build *b, entry *e) {
     static const hs_adam_config adamw = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 0, 0};
     static const hs_lamb_config lamb = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 0.0f};
     hs_step_context ctx = {42, ++e->step, HS_REPLICA_IDENTICAL};
-    hs_status s = e->optimizer == 0   ? b->sgd(&sgd, &ctx, &e->tensor, 1, NULL)
-                  : e->optimizer == 1 ? b->adagrad(&adagrad, &ctx, &e->tensor, 1, NULL)
-                  : e->optimizer == 2 ? b->adam(&adamw, &ctx, &e->tensor, 1, NULL)
-                                      : b->lamb(&lamb, &ctx, &e->tensor, 1, NULL, b->workspace);
+    hs_status s = e->optimizer == 0   ? b->sgd(&sgd, &ctx, &e->tensor, 1, b->team)
+                  : e->optimizer == 1 ? b->adagrad(&adagrad, &ctx, &e->tensor, 1, b->team)
+                  : e->optimizer == 2 ? b->adam(&adamw, &ctx, &e->tensor, 1, b->team)
+                                      : b->lamb(&lamb, &ctx, &e->tensor, 1, b->team, b->workspace);
     if (s != HS_OK) {
         fprintf(stderr, "layout_ab: %s\n", b->last_error());
         exit(1);
