@@ -261,23 +261,23 @@ int main(int argc, char **argv) {
             for (int k = 0; k < entries; k++) ratio[k][a] = ns[k][a] / ns[0][a];
         }
     }
-    /* The alternations at full speed: their slowest probe within 4% of the least slowest of the run
-     * (a whole alternation's, not one lucky probe: after AVX-512 batches a 256-bit probe may run a
-     * clock step lower than after AVX2 ones). */
-    double fastest_probe = 1e30;
-    for (int a = 0; a < alternations; a++) fastest_probe = probe[a] < fastest_probe ? probe[a] : fastest_probe;
+    /* The alternations at full speed: those whose slowest probe ran within 4% of the quietest
+     * alternation's. A whole alternation, not the run's one fastest probe: after AVX-512 batches a
+     * 256-bit probe may run a clock step lower than after AVX2 ones. */
+    double quietest = 1e30;
+    for (int a = 0; a < alternations; a++) quietest = probe[a] < quietest ? probe[a] : quietest;
     static double full_speed[MAX_ENTRIES][MAX_ALTERNATIONS];
     int full = 0;
     for (int a = 0; a < alternations; a++)
-        if (fastest_probe > 0 && probe[a] <= 1.04 * fastest_probe) {
+        if (quietest > 0 && probe[a] <= 1.04 * quietest) {
             for (int k = 0; k < entries; k++) full_speed[k][full] = ratio[k][a];
             full++;
         }
     printf("%zu elements, %d alternations of %d steps; ratio: over %s in the same alternation\n", n,
            alternations, reps, argv[3]);
-    if (fastest_probe > 0)
+    if (quietest > 0)
         printf("FMA probe: %.4f ns in the quietest alternation; %d of %d alternations at full speed (within 4%%)\n",
-               fastest_probe, full, alternations);
+               quietest, full, alternations);
     printf("| entry | ns/elem, median | fastest | ratio, median | quartiles | ratio, full speed |\n"
            "|---|---|---|---|---|---|\n");
     for (int k = 0; k < entries; k++) {
