@@ -73,7 +73,11 @@ static void *worker(void *arg) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET((first_cpu + t) % (cpus > 0 ? cpus : 1), &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
+        fprintf(stderr, "piece_probe: thread %d cannot run on CPU %ld alone\n", t,
+                (first_cpu + t) % (cpus > 0 ? cpus : 1));
+        exit(1);
+    }
     size_t n = piece;
     char *next = aligned_alloc(4096, n * 16 + 8 * 8192);
     if (!next) exit(1);
@@ -104,7 +108,12 @@ static void *worker(void *arg) {
     for (size_t i = 0; i < n; i++) state[i] = 1e-3f + 1e-4f * (float)(i % 53);
     tensor.state[0] = (hs_buffer){HS_F32, 0, state, NULL};
 
+    /* A team of the calling thread alone: NULL would step on the global pool. */
     hs_threads *team = calling_thread(1);
+    if (!team) {
+        fprintf(stderr, "piece_probe: %s\n", last_error());
+        exit(1);
+    }
     static const hs_sgd_config sgd = {1e-3f, 0.9f, 0.0f, 0.0f, 0, 0};
     static const hs_adagrad_config ada = {1e-2f, 0.0f, 0.0f, 1e-10f, 0.0f, 0};
     for (int r = 0; r < reps; r++) {
@@ -183,6 +192,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     times = calloc((size_t)reps * threads, sizeof(double));
+    if (!times) return 1;
     pthread_t th[MAX_THREADS];
     for (int t = 0; t < threads; t++) pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
     for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
@@ -190,6 +200,7 @@ int main(int argc, char **argv) {
     /* Per thread: the median over the repetitions, ns per element of its piece. */
     double per[MAX_THREADS], sorted[MAX_THREADS];
     double *x = malloc(reps * sizeof(double));
+    if (!x) return 1;
     for (int t = 0; t < threads; t++) {
         for (int r = 0; r < reps; r++) x[r] = times[(size_t)r * threads + t];
         qsort(x, reps, sizeof(double), by_value);
