@@ -4,7 +4,10 @@
  * of the pieces enters a thread's figure. With pieces that fit the L2 the figure is the loop's own
  * rate at that thread count (its clock, its ports, the divider); with larger pieces it adds what the
  * L3 or memory costs it. Set beside the copy roof of `benches/parallel.rs` on the same host, it tells
- * whether a many-thread step is held by its traffic or by its loop.
+ * whether a many-thread step is held by its traffic or by its loop. Per repetition it also takes the
+ * slowest thread's time (a step cut into one piece per thread ends then) and the threads' mean (one
+ * whose pieces went out by the threads' speed), and last it steps the same elements as one tensor
+ * on a team of THREADS, as a program does: what the pool and its pieces add.
  *
  *   cc -O2 -pthread -Iinclude tools/piece_probe.c -o target/piece_probe -ldl
  *   LIB=target/release/libhalfstep.so target/piece_probe THREADS ELEMENTS REPS OPTIMIZER:LAYOUT [CALLS]
@@ -13,7 +16,8 @@
  * f32 state: 18 bytes per element) or `f32` (20). ELEMENTS is the whole step's; each thread takes
  * ELEMENTS / THREADS, and steps it in CALLS calls of equal parts one after another (default 1; a
  * team cuts a 4M step on 16 threads into 128 pieces, eight per member). Thread t runs on CPU
- * (FIRST_CPU + t) mod the CPU count (FIRST_CPU, default 0).
+ * (FIRST_CPU + t) mod the CPU count (FIRST_CPU, default 0). VEC_PLACE set: the split layout's
+ * buffers placed as `benches/parallel.rs` places them, not in one allocation.
  * x86 only (the spinning barrier pauses with `_mm_pause`). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -67,20 +71,43 @@ static void *place(char **next, size_t bytes, int slot) {
     return p;
 }
 
-static void *worker(void *arg) {
-    int t = (int)(intptr_t)arg;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET((first_cpu + t) % (cpus > 0 ? cpus : 1), &set);
-    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
-        fprintf(stderr, "piece_probe: thread %d cannot run on CPU %ld alone\n", t,
-                (first_cpu + t) % (cpus > 0 ? cpus : 1));
-        exit(1);
+/* A tensor of `n` elements in the probe's layout, in one allocation; exits if there is no memory. */
+static char *region(size_t bytes) {
+    char *p = aligned_alloc(4096, (bytes + 8 * 8192 + 4095) / 4096 * 4096);
+    if (!p) exit(1);
+    return p;
+}
+
+static int vec_place;
+/* VEC_PLACE: as `benches/parallel.rs` places them: the weights' top and the gradients each an
+ * allocation of their own, 16 bytes into a page; the trail (slot 4) and the state (slot 1)
+ * `slot * 768` bytes past the top's offset in its page, and from 4 MiB `slot` pages further. */
+static void *vplace(size_t bytes, int slot) {
+    char *p = region(bytes + 8 * 4096);
+    size_t large = bytes >= (4u << 20) ? (size_t)slot * 4096 : 0;
+    return p + (16 + (size_t)slot * 768) % 4096 + large;
+}
+
+static hs_tensor make_tensor(size_t n) {
+    char *next = region(n * 16);
+    if (vec_place) {
+        hs_tensor tensor;
+        memset(&tensor, 0, sizeof tensor);
+        tensor.len = n;
+        tensor.stream_id = 3;
+        uint16_t *top = vplace(2 * n, 0), *trail = vplace(2 * n, 4), *grads = vplace(2 * n, 0);
+        float *state = vplace(4 * n, 1);
+        for (size_t i = 0; i < n; i++) {
+            top[i] = (uint16_t)(0x3f00 + i % 97);
+            trail[i] = (uint16_t)(0x1234 + i % 4099);
+            grads[i] = (uint16_t)(0x3a00 + i % 89);
+            state[i] = 1e-3f + 1e-4f * (float)(i % 53);
+        }
+        tensor.weights = (hs_buffer){HS_SPLIT, 0, top, trail};
+        tensor.grads = (hs_buffer){HS_BF16, 0, grads, NULL};
+        tensor.state[0] = (hs_buffer){HS_F32, 0, state, NULL};
+        return tensor;
     }
-    size_t n = piece;
-    char *next = aligned_alloc(4096, n * 16 + 8 * 8192);
-    if (!next) exit(1);
     hs_tensor tensor;
     memset(&tensor, 0, sizeof tensor);
     tensor.len = n;
@@ -107,6 +134,36 @@ static void *worker(void *arg) {
     float *state = place(&next, 4 * n, 3);
     for (size_t i = 0; i < n; i++) state[i] = 1e-3f + 1e-4f * (float)(i % 53);
     tensor.state[0] = (hs_buffer){HS_F32, 0, state, NULL};
+    return tensor;
+}
+
+static const hs_sgd_config sgd = {1e-3f, 0.9f, 0.0f, 0.0f, 0, 0};
+static const hs_adagrad_config ada = {1e-2f, 0.0f, 0.0f, 1e-10f, 0.0f, 0};
+
+/* One step of `tensor` on `team`; exits with the library's message if it fails. */
+static void step(hs_tensor *tensor, uint64_t n, hs_threads *team) {
+    hs_step_context ctx = {42, n, HS_REPLICA_IDENTICAL};
+    hs_status st = adagrad ? adagrad_step(&ada, &ctx, tensor, 1, team)
+                           : sgd_step(&sgd, &ctx, tensor, 1, team);
+    if (st != HS_OK) {
+        fprintf(stderr, "piece_probe: %s\n", last_error());
+        exit(1);
+    }
+}
+
+static void *worker(void *arg) {
+    int t = (int)(intptr_t)arg;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET((first_cpu + t) % (cpus > 0 ? cpus : 1), &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
+        fprintf(stderr, "piece_probe: thread %d cannot run on CPU %ld alone\n", t,
+                (first_cpu + t) % (cpus > 0 ? cpus : 1));
+        exit(1);
+    }
+    size_t n = piece;
+    hs_tensor tensor = make_tensor(n);
 
     /* A team of the calling thread alone: NULL would step on the global pool. */
     hs_threads *team = calling_thread(1);
@@ -114,12 +171,9 @@ static void *worker(void *arg) {
         fprintf(stderr, "piece_probe: %s\n", last_error());
         exit(1);
     }
-    static const hs_sgd_config sgd = {1e-3f, 0.9f, 0.0f, 0.0f, 0, 0};
-    static const hs_adagrad_config ada = {1e-2f, 0.0f, 0.0f, 1e-10f, 0.0f, 0};
     for (int r = 0; r < reps; r++) {
         barrier();
         double t0 = now();
-        hs_step_context ctx = {42, (uint64_t)r + 1, HS_REPLICA_IDENTICAL};
         for (int c = 0; c < calls; c++) {
             hs_tensor part = tensor;
             size_t len = n / calls, at = (size_t)c * len;
@@ -131,12 +185,7 @@ static void *worker(void *arg) {
                 b[k]->data = (char *)b[k]->data + at * bytes;
                 if (b[k]->trail) b[k]->trail += at;
             }
-            hs_status st = adagrad ? adagrad_step(&ada, &ctx, &part, 1, team)
-                                   : sgd_step(&sgd, &ctx, &part, 1, team);
-            if (st != HS_OK) {
-                fprintf(stderr, "piece_probe: %s\n", last_error());
-                exit(1);
-            }
+            step(&part, (uint64_t)r + 1, team);
         }
         times[(size_t)r * threads + t] = now() - t0;
     }
@@ -177,6 +226,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     first_cpu = getenv("FIRST_CPU") ? atoi(getenv("FIRST_CPU")) : 0;
+    vec_place = getenv("VEC_PLACE") && split;
     const char *path = getenv("LIB");
     void *h = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
     if (!h) {
@@ -215,5 +265,42 @@ int main(int argc, char **argv) {
         printf("thread %d (CPU %ld): %.4f\n", t, (first_cpu + t) % (cpus > 0 ? cpus : 1), per[t]);
     printf("threads' median / fastest / slowest: %.4f / %.4f / %.4f\n", sorted[threads / 2],
            sorted[0], sorted[threads - 1]);
+
+    /* Per repetition: the slowest thread's time (a step of these pieces, one per thread, ends
+     * then) and the threads' mean (a step whose pieces went to the threads by their speed). */
+    double *slowest = malloc(reps * sizeof(double)), *mean = malloc(reps * sizeof(double));
+    if (!slowest || !mean) return 1;
+    for (int r = 0; r < reps; r++) {
+        slowest[r] = mean[r] = 0;
+        for (int t = 0; t < threads; t++) {
+            double y = times[(size_t)r * threads + t];
+            slowest[r] = y > slowest[r] ? y : slowest[r];
+            mean[r] += y / threads;
+        }
+    }
+    qsort(slowest, reps, sizeof(double), by_value);
+    qsort(mean, reps, sizeof(double), by_value);
+    printf("a step of %zu elements, us, medians over the repetitions: slowest thread's piece %.1f, "
+           "threads' mean %.1f\n",
+           piece * threads, slowest[reps / 2] * 1e6, mean[reps / 2] * 1e6);
+
+    /* The same elements as one tensor stepped by a team of THREADS (the calling thread and the
+     * team's own, unpinned), as a program steps it: what the pool adds to the pieces' times. */
+    hs_threads *team = calling_thread((uint32_t)threads);
+    if (!team) {
+        fprintf(stderr, "piece_probe: %s\n", last_error());
+        return 1;
+    }
+    hs_tensor whole = make_tensor(piece * threads);
+    double sum = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        step(&whole, (uint64_t)r + 1, team);
+        x[r] = now() - t0;
+        sum += x[r];
+    }
+    qsort(x, reps, sizeof(double), by_value);
+    printf("one tensor of %zu elements on a team of %d, us: median %.1f, mean %.1f, fastest %.1f\n",
+           piece * threads, threads, x[reps / 2] * 1e6, sum / reps * 1e6, x[0] * 1e6);
     return 0;
 }
