@@ -63,7 +63,7 @@ static void barrier(void) {
     }
 }
 
-/* One allocation per thread, each buffer a page and `slot * 768` bytes apart: no two streams share
+/* One allocation per tensor, each buffer a page and `slot * 768` bytes apart: no two streams share
  * the low 12 bits of their addresses (a load would falsely wait on a store to another buffer). */
 static void *place(char **next, size_t bytes, int slot) {
     char *p = *next + (size_t)slot * 768;
@@ -71,7 +71,7 @@ static void *place(char **next, size_t bytes, int slot) {
     return p;
 }
 
-/* A tensor of `n` elements in the probe's layout, in one allocation; exits if there is no memory. */
+/* `bytes` and 64 KiB more, page-aligned; exits if there is no memory. */
 static char *region(size_t bytes) {
     char *p = aligned_alloc(4096, (bytes + 8 * 8192 + 4095) / 4096 * 4096);
     if (!p) exit(1);
@@ -88,8 +88,9 @@ static void *vplace(size_t bytes, int slot) {
     return p + (16 + (size_t)slot * 768) % 4096 + large;
 }
 
+/* A tensor of `n` elements in the probe's layout, its buffers in one allocation (or as VEC_PLACE
+ * says); exits if there is no memory. */
 static hs_tensor make_tensor(size_t n) {
-    char *next = region(n * 16);
     if (vec_place) {
         hs_tensor tensor;
         memset(&tensor, 0, sizeof tensor);
@@ -108,6 +109,7 @@ static hs_tensor make_tensor(size_t n) {
         tensor.state[0] = (hs_buffer){HS_F32, 0, state, NULL};
         return tensor;
     }
+    char *next = region(n * 16);
     hs_tensor tensor;
     memset(&tensor, 0, sizeof tensor);
     tensor.len = n;
