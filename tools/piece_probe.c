@@ -88,35 +88,23 @@ static void *vplace(size_t bytes, int slot) {
     return p + (16 + (size_t)slot * 768) % 4096 + large;
 }
 
+/* Where buffer `slot` of a tensor goes: its place in the tensor's one allocation, or with VEC_PLACE
+ * the bench's slot `bench_slot`. */
+static void *buffer(char **next, size_t bytes, int slot, int bench_slot) {
+    return vec_place ? vplace(bytes, bench_slot) : place(next, bytes, slot);
+}
+
 /* A tensor of `n` elements in the probe's layout, its buffers in one allocation (or as VEC_PLACE
  * says); exits if there is no memory. */
 static hs_tensor make_tensor(size_t n) {
-    if (vec_place) {
-        hs_tensor tensor;
-        memset(&tensor, 0, sizeof tensor);
-        tensor.len = n;
-        tensor.stream_id = 3;
-        uint16_t *top = vplace(2 * n, 0), *trail = vplace(2 * n, 4), *grads = vplace(2 * n, 0);
-        float *state = vplace(4 * n, 1);
-        for (size_t i = 0; i < n; i++) {
-            top[i] = (uint16_t)(0x3f00 + i % 97);
-            trail[i] = (uint16_t)(0x1234 + i % 4099);
-            grads[i] = (uint16_t)(0x3a00 + i % 89);
-            state[i] = 1e-3f + 1e-4f * (float)(i % 53);
-        }
-        tensor.weights = (hs_buffer){HS_SPLIT, 0, top, trail};
-        tensor.grads = (hs_buffer){HS_BF16, 0, grads, NULL};
-        tensor.state[0] = (hs_buffer){HS_F32, 0, state, NULL};
-        return tensor;
-    }
-    char *next = region(n * 16);
+    char *next = vec_place ? NULL : region(n * 16);
     hs_tensor tensor;
     memset(&tensor, 0, sizeof tensor);
     tensor.len = n;
     tensor.stream_id = 3;
     if (split) {
-        uint16_t *top = place(&next, 2 * n, 0), *trail = place(&next, 2 * n, 1);
-        uint16_t *grads = place(&next, 2 * n, 2);
+        uint16_t *top = buffer(&next, 2 * n, 0, 0), *trail = buffer(&next, 2 * n, 1, 4);
+        uint16_t *grads = buffer(&next, 2 * n, 2, 0);
         for (size_t i = 0; i < n; i++) {
             top[i] = (uint16_t)(0x3f00 + i % 97);
             trail[i] = (uint16_t)(0x1234 + i % 4099);
@@ -125,7 +113,7 @@ static hs_tensor make_tensor(size_t n) {
         tensor.weights = (hs_buffer){HS_SPLIT, 0, top, trail};
         tensor.grads = (hs_buffer){HS_BF16, 0, grads, NULL};
     } else {
-        float *weights = place(&next, 4 * n, 0), *grads = place(&next, 4 * n, 1);
+        float *weights = buffer(&next, 4 * n, 0, 0), *grads = buffer(&next, 4 * n, 1, 0);
         for (size_t i = 0; i < n; i++) {
             weights[i] = 0.5f + 1e-3f * (float)(i % 53);
             grads[i] = -0.02f + 1e-3f * (float)(i % 47);
@@ -133,7 +121,7 @@ static hs_tensor make_tensor(size_t n) {
         tensor.weights = (hs_buffer){HS_F32, 0, weights, NULL};
         tensor.grads = (hs_buffer){HS_F32, 0, grads, NULL};
     }
-    float *state = place(&next, 4 * n, 3);
+    float *state = buffer(&next, 4 * n, 3, 1);
     for (size_t i = 0; i < n; i++) state[i] = 1e-3f + 1e-4f * (float)(i % 53);
     tensor.state[0] = (hs_buffer){HS_F32, 0, state, NULL};
     return tensor;
