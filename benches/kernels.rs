@@ -306,31 +306,43 @@ fn benches(c: &mut Criterion) {
             .unwrap()
         })
     });
-    // PyTorch's fused AdamW row: everything f32.
-    group(c, "adamw_f32", 16, 12, |n, base| {
-        let stream = stream(base);
-        let (mut w, g) = (data(n), data(n));
-        let (mut m, mut v) = (
-            Placed::state_of(&w, 0f32, n, FIRST_MOMENT),
-            Placed::state_of(&w, 0f32, n, SECOND_MOMENT),
-        );
-        let cfg = AdamConfig::adamw(1e-3);
-        Box::new(move |e: Engine| {
-            e.adam_step(
-                &cfg,
-                &ctx,
-                &mut AdamTensor {
-                    weights: Weights::F32(&mut w),
-                    grads: Grads::F32(&g),
-                    exp_avg: State::F32(&mut m),
-                    exp_avg_sq: State::F32(&mut v),
-                    max_exp_avg_sq: None,
-                    stream,
-                },
-            )
-            .unwrap()
-        })
-    });
+    // PyTorch's fused AdamW row: everything f32; and f32 master weights and states with bf16
+    // gradients (ZeRO-Offload's layout with the gradients as an accelerator sends them).
+    for (name, bf16_grads) in [("adamw_f32", false), ("adamw_f32_bf16grad", true)] {
+        let read_bytes = if bf16_grads { 14 } else { 16 };
+        group(c, name, read_bytes, 12, |n, base| {
+            let stream = stream(base);
+            let (mut w, g) = (data(n), data(n));
+            let gb: Vec<bf16> = match bf16_grads {
+                true => g.iter().map(|&x| bf16::from_f32(x)).collect(),
+                false => Vec::new(),
+            };
+            let (mut m, mut v) = (
+                Placed::state_of(&w, 0f32, n, FIRST_MOMENT),
+                Placed::state_of(&w, 0f32, n, SECOND_MOMENT),
+            );
+            let cfg = AdamConfig::adamw(1e-3);
+            Box::new(move |e: Engine| {
+                e.adam_step(
+                    &cfg,
+                    &ctx,
+                    &mut AdamTensor {
+                        weights: Weights::F32(&mut w),
+                        grads: if bf16_grads {
+                            Grads::Bf16(&gb)
+                        } else {
+                            Grads::F32(&g)
+                        },
+                        exp_avg: State::F32(&mut m),
+                        exp_avg_sq: State::F32(&mut v),
+                        max_exp_avg_sq: None,
+                        stream,
+                    },
+                )
+                .unwrap()
+            })
+        });
+    }
     // f32 weights and gradients with bf16 states rounded stochastically (12 bytes per parameter).
     group(c, "adamw_f32_bf16sr_states", 12, 8, |n, base| {
         let stream = stream(base);

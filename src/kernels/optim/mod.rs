@@ -1027,12 +1027,15 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
 ///
 /// - `all`: IPEX's (split weights, bf16 gradients, f32 states), all f32 (PyTorch's fused AdamW),
 ///   each of those with bf16 states rounded stochastically (10 and 12 bytes per parameter), bf16
-///   weights rounded stochastically with bf16 gradients and f32 states, and all bf16 with every
-///   store stochastic;
+///   weights rounded stochastically with bf16 gradients and f32 states, all bf16 with every
+///   store stochastic, and f32 master weights and states with bf16 gradients (ZeRO-Offload's
+///   layout with the gradients as an accelerator sends them; through the run-time access it took
+///   up to 1.9x the time of its compiled form);
 /// - `fp32_peers`: IPEX's and all f32 only. For LAMB's passes and for AMSGrad (no benchmark
 ///   runs it, and DeepSpeed's CPU Adam has none);
-/// - `sr_weights`: IPEX's, all f32 and bf16-SR weights: for a step with no state (SGD without
-///   momentum), where the other stochastic layouts are copies of these;
+/// - `sr_weights`: IPEX's, all f32, f32 master weights with bf16 gradients and bf16-SR weights:
+///   for a step with no state (SGD without momentum), where the other stochastic layouts are
+///   copies of these;
 /// - `stochastic memory_saving`: the two memory-saving layouts (split weights with bf16-SR
 ///   states, bf16-SR weights with f32 states) and no others; `stochastic sr_weights`: the
 ///   second alone. For LAMB's entry points of its own for these layouts: compiled beside IPEX's
@@ -1086,6 +1089,8 @@ macro_rules! drive_layouts {
             drive::<$V, Ipex, _>(n, base, &mut b, op)
         } else if let Some(mut b) = Bufs::<$V, AllF32>::of(ctx, stream, d, end, &mut blocks) {
             drive::<$V, AllF32, _>(n, base, &mut b, op)
+        } else if drive_layouts!(@master $set, $V, n, base, ctx, stream, d, op, &mut blocks,
+                                 [$G, $S0, $S1, $S2]) {
         } else {
             drive_layouts!($V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2], run_time)
         }
@@ -1131,6 +1136,17 @@ macro_rules! drive_layouts {
     (@fp32_peers, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
      $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
         false
+    };
+    // f32 master weights and states with bf16 gradients, in every set but `fp32_peers`. True if
+    // it ran.
+    (@master fp32_peers, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
+        false
+    };
+    (@master $set:ident, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
+        drive_layouts!(@one Lay<F32Buf, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>,
+                       $V, $n, $base, $ctx, $stream, $d, $op, $blocks)
     };
 }
 
