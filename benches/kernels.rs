@@ -504,7 +504,13 @@ fn sr_costs(c: &mut Criterion) {
             "sgd" | "adagrad" => 1.0,
             _ => 2.0,
         };
-        for storage in ["split", "split_bf16sr_states", "bf16sr_weights"] {
+        // bf16 weights rounded to nearest: what the stochastic weights' rounding costs over it.
+        for storage in [
+            "split",
+            "split_bf16sr_states",
+            "bf16sr_weights",
+            "bf16nearest_weights",
+        ] {
             let (wb, sb) = match storage {
                 "split" => (4.0, 4.0),
                 "split_bf16sr_states" => (4.0, 2.0),
@@ -533,16 +539,19 @@ fn sr_costs(c: &mut Criterion) {
                     Placed::state_of(&top, bf16::from_f32(0.1), n, SECOND_MOMENT),
                 );
                 let bf16_states = storage == "split_bf16sr_states";
-                let bf16_weights = storage == "bf16sr_weights";
+                let bf16_weights = match storage {
+                    "bf16sr_weights" => Some(Rounding::Stochastic),
+                    "bf16nearest_weights" => Some(Rounding::NearestEven),
+                    _ => None,
+                };
                 let mut ws: Option<LambWorkspace> = None;
                 Box::new(move |e: Engine| {
-                    let weights = if bf16_weights {
-                        Weights::Bf16(&mut w16, Rounding::Stochastic)
-                    } else {
-                        Weights::Split {
+                    let weights = match bf16_weights {
+                        Some(r) => Weights::Bf16(&mut w16, r),
+                        None => Weights::Split {
                             top: &mut top,
                             trail: &mut trail,
-                        }
+                        },
                     };
                     let (sa, sb) = if bf16_states {
                         (

@@ -11,10 +11,11 @@
  * ENTRY is `BUILD:OPTIMIZER:LAYOUT`: BUILD `a` or `b`; OPTIMIZER `sgd` (with momentum), `adagrad`,
  * `adamw` or `lamb`; LAYOUT as the kernel bench's `sr_*` rows: `split` (split weights, bf16 gradients,
  * f32 states), `states` (split weights, bf16 gradients, bf16 states rounded stochastically), `weights`
- * (bf16 weights rounded stochastically, bf16 gradients, f32 states), `f32` (every buffer f32),
- * `master` (f32 weights and states, bf16 gradients) or `runtime` (bf16 weights and states rounded
- * stochastically, f32 gradients: a combination the library accesses at run time, not compiled as a
- * layout of its own).
+ * (bf16 weights rounded stochastically, bf16 gradients, f32 states), `nearest` and `nearest_sr`
+ * (bf16 weights rounded to nearest, bf16 gradients, f32 states or bf16 states rounded
+ * stochastically), `f32` (every buffer f32), `master` (f32 weights and states, bf16 gradients) or
+ * `runtime` (bf16 weights and states rounded stochastically, f32 gradients: a combination the
+ * library accesses at run time, not compiled as a layout of its own).
  * Buffers are placed as the PyTorch package places them. HALFSTEP_BACKEND picks the backend of both
  * builds. Each build is loaded with RTLD_LOCAL, so the two keep their own symbols.
  *
@@ -168,9 +169,10 @@ static int parse(entry *e, const char *spec, size_t n) {
     int f32 = !strcmp(layout, "f32"), split = !strcmp(layout, "split");
     int states = !strcmp(layout, "states"), weights = !strcmp(layout, "weights");
     int runtime = !strcmp(layout, "runtime"), master = !strcmp(layout, "master");
-    if (e->optimizer < 0 || !(f32 || split || states || weights || runtime || master)) return 0;
-    states |= runtime;
-    weights |= runtime;
+    int nearest_sr = !strcmp(layout, "nearest_sr"), nearest = nearest_sr || !strcmp(layout, "nearest");
+    if (e->optimizer < 0 || !(f32 || split || states || weights || runtime || master || nearest)) return 0;
+    states |= runtime || nearest_sr;
+    weights |= runtime || nearest;
     memset(&e->tensor, 0, sizeof e->tensor);
     hs_tensor *t = &e->tensor;
     t->len = n;
@@ -182,7 +184,8 @@ static int parse(entry *e, const char *spec, size_t n) {
                           : (hs_buffer){HS_F32, 0, f32_buffer(n, slot++, -0.02f, 1e-3f), NULL};
     } else {
         if (weights)
-            t->weights = (hs_buffer){HS_BF16, HS_STOCHASTIC, bf16_buffer(n, slot++, 0x3f00, 97), NULL};
+            t->weights = (hs_buffer){HS_BF16, nearest ? HS_NEAREST_EVEN : HS_STOCHASTIC,
+                                     bf16_buffer(n, slot++, 0x3f00, 97), NULL};
         else {
             uint16_t *top = bf16_buffer(n, slot++, 0x3f00, 97);
             t->weights = (hs_buffer){HS_SPLIT, 0, top, bf16_buffer(n, slot++, 0x1234, 4099)};

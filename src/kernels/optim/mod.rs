@@ -88,9 +88,11 @@ trait Access<V: Simd>: Copy {
     const WIDE: bool = false;
 
     /// Whether calls with this kind of weights load and store their chunks in groups
-    /// (`Driver::full_run`: why): split weights only; grouped, all-f32 steps lost time in cache and
-    /// gained only where their buffers collided (docs/DESIGN.md). Layouts whose stores draw their
-    /// bits in pairs run in groups whatever their weights (`Driver::PAIRED_DRAWS`).
+    /// (`Driver::full_run`: why): split weights and bf16 weights rounded to nearest (in groups,
+    /// SGD's took 0.79x the time on AVX-512 and 0.91x on AVX2, Zen 4, 64K); grouped, all-f32
+    /// steps lost time in cache and gained only where their buffers collided (docs/DESIGN.md).
+    /// Layouts whose stores draw their bits in pairs run in groups whatever their weights
+    /// (`Driver::PAIRED_DRAWS`).
     const GROUPED: bool = false;
 
     /// Whether stores must hold canonical NaNs (SPEC.md §5): every kind the caller passes. Not
@@ -256,12 +258,15 @@ struct Bf16Buf<const R: u8 = ANY_ROUNDING>(*mut u16, Rounding);
 const ANY_ROUNDING: u8 = 0;
 /// [`Bf16Buf`]'s parameter: every store rounds stochastically.
 const STOCHASTIC: u8 = 1;
+/// [`Bf16Buf`]'s parameter: every store rounds to nearest, ties to even (no random bits).
+const NEAREST: u8 = 2;
 
 impl<const R: u8> Bf16Buf<R> {
     #[inline(always)]
     fn rounding(&self) -> Rounding {
         match R {
             STOCHASTIC => Rounding::Stochastic,
+            NEAREST => Rounding::NearestEven,
             _ => self.1,
         }
     }
@@ -506,7 +511,8 @@ impl<const R: u8> Bf16Buf<R> {
 }
 
 impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
-    const MAY_DRAW_BITS: bool = true;
+    const GROUPED: bool = R == NEAREST;
+    const MAY_DRAW_BITS: bool = R != NEAREST;
     const PAIRED_DRAWS: bool = V::PAIRED_U16;
     const EVEN_ODD: bool = true;
 
@@ -1028,14 +1034,15 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
 /// - `all`: IPEX's (split weights, bf16 gradients, f32 states), all f32 (PyTorch's fused AdamW),
 ///   each of those with bf16 states rounded stochastically (10 and 12 bytes per parameter), bf16
 ///   weights rounded stochastically with bf16 gradients and f32 states, all bf16 with every
-///   store stochastic, and f32 master weights and states with bf16 gradients (ZeRO-Offload's
-///   layout with the gradients as an accelerator sends them; through the run-time access it took
-///   up to 1.9x the time of its compiled form);
+///   store stochastic, and the mixed layouts: f32 master weights and states with bf16 gradients
+///   (ZeRO-Offload's layout with the gradients as an accelerator sends them), bf16 weights
+///   rounded to nearest with bf16 gradients and f32 or bf16-SR states (the package's
+///   `rounding="nearest"`); through the run-time access these took up to 2.8x the time of
+///   their compiled forms;
 /// - `fp32_peers`: IPEX's and all f32 only. For LAMB's passes and for AMSGrad (no benchmark
 ///   runs it, and DeepSpeed's CPU Adam has none);
-/// - `sr_weights`: IPEX's, all f32, f32 master weights with bf16 gradients and bf16-SR weights:
-///   for a step with no state (SGD without momentum), where the other stochastic layouts are
-///   copies of these;
+/// - `sr_weights`: IPEX's, all f32, the mixed layouts and bf16-SR weights: for a step with no
+///   state (SGD without momentum), where the other stochastic layouts are copies of these;
 /// - `stochastic memory_saving`: the two memory-saving layouts (split weights with bf16-SR
 ///   states, bf16-SR weights with f32 states) and no others; `stochastic sr_weights`: the
 ///   second alone. For LAMB's entry points of its own for these layouts: compiled beside IPEX's
@@ -1089,7 +1096,7 @@ macro_rules! drive_layouts {
             drive::<$V, Ipex, _>(n, base, &mut b, op)
         } else if let Some(mut b) = Bufs::<$V, AllF32>::of(ctx, stream, d, end, &mut blocks) {
             drive::<$V, AllF32, _>(n, base, &mut b, op)
-        } else if drive_layouts!(@master $set, $V, n, base, ctx, stream, d, op, &mut blocks,
+        } else if drive_layouts!(@mixed $set, $V, n, base, ctx, stream, d, op, &mut blocks,
                                  [$G, $S0, $S1, $S2]) {
         } else {
             drive_layouts!($V, n, base, ctx, stream, d, op, [$G, $S0, $S1, $S2], run_time)
@@ -1137,16 +1144,22 @@ macro_rules! drive_layouts {
      $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
         false
     };
-    // f32 master weights and states with bf16 gradients, in every set but `fp32_peers`. True if
-    // it ran.
-    (@master fp32_peers, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+    // The mixed layouts, in every set but `fp32_peers`: f32 master weights and states with bf16
+    // gradients, and bf16 weights rounded to nearest with bf16 gradients and f32 or bf16-SR
+    // states. True if one of them ran.
+    (@mixed fp32_peers, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
      $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
         false
     };
-    (@master $set:ident, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+    (@mixed $set:ident, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
      $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
         drive_layouts!(@one Lay<F32Buf, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>,
                        $V, $n, $base, $ctx, $stream, $d, $op, $blocks)
+            || drive_layouts!(@one Lay<Bf16Buf<NEAREST>, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>,
+                              $V, $n, $base, $ctx, $stream, $d, $op, $blocks)
+            || drive_layouts!(@one Lay<Bf16Buf<NEAREST>, $G<Bf16Buf>, $S0<Bf16Buf<STOCHASTIC>>,
+                                       $S1<Bf16Buf<STOCHASTIC>>, $S2<Bf16Buf<STOCHASTIC>>>,
+                              $V, $n, $base, $ctx, $stream, $d, $op, $blocks)
     };
 }
 
