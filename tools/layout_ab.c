@@ -13,9 +13,11 @@
  * f32 states), `states` (split weights, bf16 gradients, bf16 states rounded stochastically), `weights`
  * (bf16 weights rounded stochastically, bf16 gradients, f32 states), `nearest` and `nearest_sr`
  * (bf16 weights rounded to nearest, bf16 gradients, f32 states or bf16 states rounded
- * stochastically), `f32` (every buffer f32), `master` (f32 weights and states, bf16 gradients) or
- * `runtime` (bf16 weights and states rounded stochastically, f32 gradients: a combination the
- * library accesses at run time, not compiled as a layout of its own).
+ * stochastically), `f32` (every buffer f32), `f32_sr` (f32 weights and gradients, bf16 states
+ * rounded stochastically), `bf16_sr` (bf16 weights and states rounded stochastically, bf16
+ * gradients), `master` (f32 weights and states, bf16 gradients) or `runtime` (bf16 weights and
+ * states rounded stochastically, f32 gradients: a combination the library accesses at run time,
+ * not compiled as a layout of its own).
  * Buffers are placed as the PyTorch package places them. HALFSTEP_BACKEND picks the backend of both
  * builds. Each build is loaded with RTLD_LOCAL, so the two keep their own symbols.
  *
@@ -166,8 +168,10 @@ static int parse(entry *e, const char *spec, size_t n) {
     e->optimizer = -1;
     for (int k = 0; k < 4; k++)
         if (!strcmp(opt, optimizers[k])) e->optimizer = k;
-    int f32 = !strcmp(layout, "f32"), split = !strcmp(layout, "split");
-    int states = !strcmp(layout, "states"), weights = !strcmp(layout, "weights");
+    int f32_sr = !strcmp(layout, "f32_sr"), bf16_sr = !strcmp(layout, "bf16_sr");
+    int f32 = f32_sr || !strcmp(layout, "f32"), split = !strcmp(layout, "split");
+    int states = f32_sr || bf16_sr || !strcmp(layout, "states");
+    int weights = bf16_sr || !strcmp(layout, "weights");
     int runtime = !strcmp(layout, "runtime"), master = !strcmp(layout, "master");
     int nearest_sr = !strcmp(layout, "nearest_sr"), nearest = nearest_sr || !strcmp(layout, "nearest");
     if (e->optimizer < 0 || !(f32 || split || states || weights || runtime || master || nearest)) return 0;

@@ -341,8 +341,10 @@ macro_rules! lamb_layouts {
 /// each u also to `kept` when given (one f32 per element of the piece).
 /// A piece must not share a block with another piece (the parallel driver cuts at block edges).
 ///
-/// `SR` picks the layouts compiled: IPEX's and all f32 (false), or the two memory-saving ones
-/// (true), each set in entry points of its own (`dispatch`), chosen per tensor by
+/// `SR` picks the layouts compiled: IPEX's and all f32 (false), or the stochastic ones (true:
+/// the two memory-saving layouts, f32 weights and gradients with bf16-SR states, and all bf16
+/// with bf16-SR states, the set `all`; the last two through the run-time access took 1.3-1.4x
+/// the time), each set in entry points of its own (`dispatch`), chosen per tensor by
 /// [`LambTensor::has_bf16`]. In one function, the stochastic layouts changed the code LLVM made
 /// for IPEX's layout around them (gungraun, AVX2: +7% instructions); any other combination runs
 /// through the run-time access in either.
@@ -379,7 +381,7 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
                     d,
                     &mut p1,
                     [Has, Has, Has, Kept],
-                    memory_saving
+                    all
                 );
                 p1.norms.close();
             }
@@ -397,7 +399,7 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
                     d,
                     &mut p1,
                     [Has, Has, Has, Lacks],
-                    memory_saving
+                    all
                 );
                 p1.norms.close();
             }
@@ -475,7 +477,7 @@ unsafe fn norms_apart<V: Simd>(
                 d,
                 &mut moments,
                 [Has, Has, Has, Kept],
-                memory_saving
+                all
             );
             moments.norms.close();
             sums[1] = sum_of_squares::<V>(u, base, len);

@@ -1043,11 +1043,11 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
 ///   runs it, and DeepSpeed's CPU Adam has none);
 /// - `sr_weights`: IPEX's, all f32, the mixed layouts and bf16-SR weights: for a step with no
 ///   state (SGD without momentum), where the other stochastic layouts are copies of these;
-/// - `stochastic memory_saving`: the two memory-saving layouts (split weights with bf16-SR
-///   states, bf16-SR weights with f32 states) and no others; `stochastic sr_weights`: the
-///   second alone. For LAMB's entry points of its own for these layouts: compiled beside IPEX's
-///   in one function, they changed the code of IPEX's layout around them (gungraun, AVX2, LAMB
-///   +7% instructions);
+/// - `stochastic all`: `all`'s stochastic layouts and no others; `stochastic memory_saving`:
+///   the two memory-saving layouts (split weights with bf16-SR states, bf16-SR weights with f32
+///   states); `stochastic sr_weights`: the second alone. For LAMB's entry points of its own for
+///   these layouts: compiled beside IPEX's in one function, they changed the code of IPEX's
+///   layout around them (gungraun, AVX2, LAMB +7% instructions);
 /// - `run_time`: none.
 ///
 /// Every layout compiled is another copy of the optimizer's loops for LLVM to optimise, and these
