@@ -230,6 +230,41 @@ fn adamw_f32_bf16sr_states(b: Backend) -> Kernel {
     })
 }
 
+/// f32 moments and bf16 gradients, with f32 master weights or bf16 weights rounded to nearest: the
+/// mixed layouts, compiled (the criterion bench's `adamw_f32_bf16grad` and
+/// `sr_adamw_bf16nearest_weights`): a fall back to the run-time access shows in their counts.
+fn adamw_mixed(b: Backend, bf16_weights: bool) -> Kernel {
+    let e = engine(b);
+    let mut w = values(0.5);
+    let mut wb: Vec<bf16> = w.iter().map(|&x| bf16::from_f32(x)).collect();
+    let g: Vec<bf16> = values(0.01).iter().map(|&x| bf16::from_f32(x)).collect();
+    let (mut m, mut v) = (vec![0f32; N], vec![0f32; N]);
+    let cfg = AdamConfig::adamw(1e-3);
+    Box::new(move || {
+        let weights = match bf16_weights {
+            true => Weights::Bf16(&mut wb, Rounding::NearestEven),
+            false => Weights::F32(&mut w),
+        };
+        let mut t = AdamTensor {
+            weights,
+            grads: Grads::Bf16(&g),
+            exp_avg: State::F32(&mut m),
+            exp_avg_sq: State::F32(&mut v),
+            max_exp_avg_sq: None,
+            stream: TensorStream::new(1),
+        };
+        e.adam_step(&cfg, &ctx(), &mut t).unwrap();
+    })
+}
+
+fn adamw_f32_bf16grad(b: Backend) -> Kernel {
+    adamw_mixed(b, false)
+}
+
+fn adamw_bf16_nearest(b: Backend) -> Kernel {
+    adamw_mixed(b, true)
+}
+
 /// Split weights, bf16 gradients, bf16-SR moments (10 bytes per parameter): the compiled layout of
 /// the criterion bench's `sr_adamw_split_bf16sr_states`, the package's `weights="split",
 /// states="bf16"`.
@@ -446,6 +481,8 @@ fn conversions(mut kernel: Kernel) {
 #[bench::adamw_f32_bf16sr_states_avx2(args = (Backend::Avx2), setup = adamw_f32_bf16sr_states)]
 #[bench::adamw_split_bf16sr_states_portable(args = (Backend::Portable), setup = adamw_split_bf16sr_states)]
 #[bench::adamw_split_bf16sr_states_avx2(args = (Backend::Avx2), setup = adamw_split_bf16sr_states)]
+#[bench::adamw_f32_bf16grad_avx2(args = (Backend::Avx2), setup = adamw_f32_bf16grad)]
+#[bench::adamw_bf16_nearest_avx2(args = (Backend::Avx2), setup = adamw_bf16_nearest)]
 #[bench::lamb_reference(args = (Backend::Reference), setup = lamb)]
 #[bench::lamb_portable(args = (Backend::Portable), setup = lamb)]
 #[bench::lamb_avx2(args = (Backend::Avx2), setup = lamb)]
