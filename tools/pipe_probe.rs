@@ -1,6 +1,6 @@
 //! Which vector instructions share the AES rounds' pipes, how fast the divider is, and what the
 //! AVX2 bit fill's loop costs when written by hand (docs/DESIGN.md, "Zen 5's vector pipes" and "AVX2's
-//! optimizers run the fill and then the step"; "Not kept" for the square root).
+//! optimizers run the fill and then the step"; "Tried and declined, in the loops" for the square root).
 //!
 //! - pipes: six independent 256-bit (and, where the CPU has AVX-512, 512-bit) instructions of a
 //!   kind, alone and interleaved with six `vaesenc`; where the pair takes the sum of the two, they
