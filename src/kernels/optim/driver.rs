@@ -788,6 +788,15 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
             && (!m[3] || paired[3])
     };
 
+    /// Whether a layout whose weights do not ask for groups ([`Access::GROUPED`]) runs in groups
+    /// of two chunks all the same: where the stores read their bits from blocks (AVX2), some
+    /// store draws, and the op neither divides nor sums by element. Each group is stored before
+    /// the next is loaded. SGD's stochastic layouts with f32 or bf16-SR weights took 0.91-0.98x
+    /// the time so, LAMB's bf16-SR weights 0.97-0.99x; Adam's layouts ran level to 1.05x and
+    /// LAMB's first pass 0.98-1.02x (docs/DESIGN.md, "Memory access forms").
+    const GROUPS_BLOCK_DRAWS: bool =
+        V::RNG_BLOCK && Self::STORES_MAY_DRAW && !O::DIVIDES && O::BY_LANE;
+
     /// Whether the grouped loop takes each pair of chunks in even/odd order
     /// ([`crate::arch::Simd::load_u16_high_even_odd`]): lane `l` of the first vector holds the
     /// pair's element `2l`, of the second element `2l + 1`, so that a 16-bit line and its two
@@ -1015,7 +1024,10 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
         unsafe {
             // Inline-const conditions: rustc instantiates only the branch taken, so each driver
             // compiles one loop, not all three (the library's build spends its time on these).
-            if const { (L::W::GROUPED || Self::PAIRED_DRAWS) && V::STORE_GROUP == 2 } {
+            if const {
+                (L::W::GROUPED || Self::PAIRED_DRAWS || Self::GROUPS_BLOCK_DRAWS)
+                    && V::STORE_GROUP == 2
+            } {
                 self.full_run_grouped::<2>(off, e, end)
             } else if const { L::W::GROUPED && V::STORE_GROUP == 4 } {
                 self.full_run_grouped::<4>(off, e, end)
