@@ -792,8 +792,9 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     /// of two chunks all the same: where the stores read their bits from blocks (AVX2), some
     /// store draws, and the op neither divides nor sums by element. Each group is stored before
     /// the next is loaded. SGD's stochastic layouts with f32 or bf16-SR weights took 0.91-0.98x
-    /// the time so, LAMB's bf16-SR weights 0.97-0.99x; Adam's layouts ran level to 1.05x and
-    /// LAMB's first pass 0.98-1.02x (docs/DESIGN.md, "Memory access forms").
+    /// the time so, LAMB's bf16-SR weights 0.97-0.99x; grouped (with paired 16-bit stores),
+    /// Adam's layouts ran level to 1.05x and LAMB's first pass 0.98-1.02x (docs/DESIGN.md,
+    /// "Memory access forms").
     const GROUPS_BLOCK_DRAWS: bool =
         V::RNG_BLOCK && Self::STORES_MAY_DRAW && !O::DIVIDES && O::BY_LANE;
 
