@@ -1164,7 +1164,7 @@ pub(crate) struct RoundingBits<V: Simd> {
     /// The first moment's block bits this second moment's blocks copy, or null: handed to the
     /// block on its first fill ([`Self::copy_blocks_of`]); [`READS_FIRST_MOMENTS`] for a second
     /// moment that reads its first moment's blocks and fills none
-    /// ([`Self::share_even_odd_blocks_of`]).
+    /// ([`Self::share_even_odd_blocks_of`], [`Self::read_first_moments`]).
     partner: *const u32,
 }
 
@@ -1268,6 +1268,8 @@ impl<V: Simd> RoundingBits<V> {
             }
             let d = e.wrapping_sub(self.start);
             debug_assert!(e.is_multiple_of(V::LANES as u64) && e < self.end && d < BLOCK as u64);
+            // A second moment reading its first moment's blocks takes its bits from the loop.
+            debug_assert!(self.partner != READS_FIRST_MOMENTS);
             V::to_bits(V::load(self.bits.add(d as usize).cast()))
         }
     }
@@ -1436,6 +1438,20 @@ impl<V: Simd> RoundingBits<V> {
     /// Elements per block in block mode: a kernel that calls [`Self::prepare`] does so at each
     /// multiple of it.
     pub const BLOCK: u64 = BLOCK as u64;
+
+    /// Makes this second moment's stream read `first`'s blocks, its first moment's (same tensor,
+    /// step and elements; element order), and fill none: the loop reads `first`'s words and
+    /// exchanges partners itself (SPEC.md §3.2), so this stream's own words are never read.
+    /// `first` must be prepared for each element before this stream is ([`Self::prepare`]).
+    #[inline(always)]
+    pub fn read_first_moments(&mut self, first: &RoundingBits<V>) {
+        if V::RNG_BLOCK {
+            debug_assert!(self.coord.swap_pairs && first.end == self.end);
+            debug_assert!(self.start == NO_BLOCK && self.partner.is_null());
+            self.partner = READS_FIRST_MOMENTS;
+            self.bits = first.bits;
+        }
+    }
 
     /// Makes this second moment's stream copy each block from `first`'s, its first moment's
     /// (same tensor, step and elements), with partners exchanged (SPEC.md §3.2), where the

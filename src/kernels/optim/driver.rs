@@ -866,12 +866,26 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
         && V::STORE_GROUP == 2
         && (!O::DIVIDES || Self::STORED_MAY_DRAW[1] && Self::STORED_MAY_DRAW[2]);
 
+    /// Whether both moments' stores round stochastically, the layout says so
+    /// ([`Access::ALWAYS_DRAWS`]), with bits from blocks in element order: the loop then reads
+    /// the first moment's words and hands the second moment the same words with partners
+    /// exchanged ([`Self::first_moments_bits`]). The run-time kind keeps a copy of the first
+    /// moment's blocks ([`RoundingBits::copy_blocks_of`]): through it, the new path changed
+    /// LLVM's code for the other layouts of LAMB's and SGD's entry points.
+    const SHARES_FIRST_BITS: bool = V::RNG_BLOCK
+        && O::WRITE_S[0]
+        && O::WRITE_S[1]
+        && L::S0::ALWAYS_DRAWS
+        && L::S1::ALWAYS_DRAWS
+        && !Self::EVEN_ODD_BLOCKS;
+
     /// Where the backend draws its bits a block at a time, lays out the blocks for the loop
     /// ([`Self::EVEN_ODD_BLOCKS`]), and where both moments round stochastically, has the rounds
-    /// run once for the two (SPEC.md §3.2): in the even/odd layout the second moment reads the
-    /// first moment's blocks ([`RoundingBits::share_even_odd_blocks_of`]); otherwise its blocks
-    /// are copies of the first moment's with partners exchanged
-    /// ([`RoundingBits::copy_blocks_of`]).
+    /// run once for the two (SPEC.md §3.2): the second moment reads the first moment's blocks,
+    /// in the even/odd layout as its own ([`RoundingBits::share_even_odd_blocks_of`]), in
+    /// element order through the loop ([`RoundingBits::read_first_moments`],
+    /// [`Self::first_moments_bits`]); otherwise its blocks are copies of the first moment's
+    /// with partners exchanged ([`RoundingBits::copy_blocks_of`]).
     #[inline(always)]
     fn arrange_bits(&mut self) {
         if const { Self::EVEN_ODD_BLOCKS } {
@@ -883,6 +897,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                 let [s0, s1, _] = &mut self.b.rng_s;
                 if const { Self::EVEN_ODD_BLOCKS } {
                     s1.share_even_odd_blocks_of(s0);
+                } else if const { Self::SHARES_FIRST_BITS } {
+                    s1.read_first_moments(s0);
                 } else {
                     s1.copy_blocks_of(s0);
                 }
@@ -890,11 +906,47 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
         }
     }
 
+    /// Where [`Self::SHARES_FIRST_BITS`] and both moments draw (`drawing`), the bits of both
+    /// moments' stores for the `G` chunks from `e` (at most a pair; in even/odd order where
+    /// [`Self::EVEN_ODD`]): the first moment's words from its block, and the same words with
+    /// partners exchanged for the second (SPEC.md §3.2), one `vpshufd` per chunk where a copy
+    /// of the block took a load, a shuffle and a store per vector. No bits otherwise.
+    #[inline(always)]
+    unsafe fn first_moments_bits<const G: usize>(
+        b: &mut Bufs<V, L>,
+        e: u64,
+        drawing: [bool; 4],
+    ) -> Drawn<V> {
+        unsafe {
+            let mut drawn = [None; 4];
+            if const { Self::SHARES_FIRST_BITS } && drawing[1] && drawing[2] {
+                debug_assert!(G <= 2);
+                let r0 = &mut b.rng_s[0];
+                let first = r0.r16_prepared(e);
+                let pair = if G == 2 {
+                    let second = r0.r16_prepared(e + V::LANES as u64);
+                    if const { Self::EVEN_ODD } {
+                        V::even_odd_of_chunks(first, second)
+                    } else {
+                        [first, second]
+                    }
+                } else {
+                    [first, first]
+                };
+                drawn[1] = Some(pair);
+                drawn[2] = Some(partners::<V>(pair, Self::EVEN_ODD && G == 2));
+            }
+            drawn
+        }
+    }
+
     /// [`process`] on the chunk of `c` at `off` (global `e`), with the bits of its stochastic
     /// stores read from blocks in the even/odd layout where [`Self::EVEN_ODD_BLOCKS`]
     /// ([`RoundingBits::r16_even_odd_blocks`]), or drawn with the span's fill out of line where
     /// [`Self::PAIRED_DRAWS`] ([`RoundingBits::r16_alone`]): the chunks such a loop takes alone,
-    /// at a run's ends. Same bits: each element meets its own.
+    /// at a run's ends; both moments' from the first moment's block where
+    /// [`Self::SHARES_FIRST_BITS`] (every chunk of a loop in chunks). Same bits: each element
+    /// meets its own.
     ///
     /// `drawing`: [`Self::drawing`]. An associated function, taking the driver's fields apart,
     /// so that a caller can hand it a stage's buffers or the driver's own.
@@ -921,6 +973,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                         drawn[k] = Some([r, r]);
                     }
                 }
+                let mut vs = [load_vals::<V, L, O>(c, off)];
+                compute_group::<V, L, O, 1, false>(op, b, &mut vs, e, &drawn);
+                store_vals::<V, L, O, 1>(b, c, vs, off, e, drawn);
+            } else if const { Self::SHARES_FIRST_BITS } {
+                let drawn = Self::first_moments_bits::<1>(b, e, drawing);
                 let mut vs = [load_vals::<V, L, O>(c, off)];
                 compute_group::<V, L, O, 1, false>(op, b, &mut vs, e, &drawn);
                 store_vals::<V, L, O, 1>(b, c, vs, off, e, drawn);
@@ -1272,11 +1329,19 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
             // An op that rounds in `apply` takes the pair's bits there (its stores then add none).
             let drawn = if const { Self::EVEN_ODD_BLOCKS && O::ROUNDS_IN_APPLY && G == 2 } {
                 self.even_odd_block_bits(e)
+            } else if const { Self::SHARES_FIRST_BITS } {
+                let drawing = self.drawing();
+                Self::first_moments_bits::<G>(self.b, e, drawing)
             } else {
                 [None; 4]
             };
             self.compute_g::<G>(&mut vs, e, &drawn);
-            self.store_g::<G>(vs, off, e, [None; 4]);
+            let stored = if const { Self::SHARES_FIRST_BITS } {
+                drawn
+            } else {
+                [None; 4]
+            };
+            self.store_g::<G>(vs, off, e, stored);
         }
     }
 

@@ -103,6 +103,11 @@ trait Access<V: Simd>: Copy {
     /// fills its random bits block by block (`Driver::full_run`).
     const MAY_DRAW_BITS: bool = false;
 
+    /// Whether every store of the kind rounds stochastically (bf16 SR, a constant of the
+    /// layout), so that its bits may come from the driver (`Driver::SHARES_FIRST_BITS`), whose
+    /// stores then honour them: not the run-time kind.
+    const ALWAYS_DRAWS: bool = false;
+
     /// Whether a stochastic store of a pair of chunks ([`Access::store_group`]) takes the bits
     /// the driver has drawn for the group, where the backend pairs 16-bit stores: bf16 only.
     const PAIRED_DRAWS: bool = false;
@@ -513,6 +518,7 @@ impl<const R: u8> Bf16Buf<R> {
 impl<V: Simd, const R: u8> Access<V> for Bf16Buf<R> {
     const GROUPED: bool = R == NEAREST;
     const MAY_DRAW_BITS: bool = R != NEAREST;
+    const ALWAYS_DRAWS: bool = R == STOCHASTIC;
     const PAIRED_DRAWS: bool = V::PAIRED_U16;
     const EVEN_ODD: bool = true;
 
