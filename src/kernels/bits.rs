@@ -1374,9 +1374,7 @@ impl<V: Simd> RoundingBits<V> {
     #[inline(always)]
     pub fn share_even_odd_blocks_of(&mut self, first: &RoundingBits<V>) {
         if V::RNG_BLOCK {
-            debug_assert!(self.coord.swap_pairs && first.end == self.end);
-            debug_assert!(self.start == NO_BLOCK && self.partner.is_null());
-            self.partner = READS_FIRST_MOMENTS;
+            self.read_first_moments(first);
             // SAFETY: `first` is in the even/odd layout (above).
             self.bits = unsafe { first.odd() };
             self.set_odd(first.bits);
@@ -1440,7 +1438,7 @@ impl<V: Simd> RoundingBits<V> {
     pub const BLOCK: u64 = BLOCK as u64;
 
     /// Makes this second moment's stream read `first`'s blocks, its first moment's (same tensor,
-    /// step and elements; element order), and fill none: the loop reads `first`'s words and
+    /// step and elements), and fill none: in element order the loop reads `first`'s words and
     /// exchanges partners itself (SPEC.md §3.2), so this stream's own words are never read.
     /// `first` must be prepared for each element before this stream is ([`Self::prepare`]).
     #[inline(always)]
