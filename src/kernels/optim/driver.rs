@@ -870,8 +870,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     /// ([`Access::ALWAYS_DRAWS`]), with bits from blocks in element order: the loop then reads
     /// the first moment's words and hands the second moment the same words with partners
     /// exchanged ([`Self::first_moments_bits`]). The run-time kind keeps a copy of the first
-    /// moment's blocks ([`RoundingBits::copy_blocks_of`]): through it, the new path changed
-    /// LLVM's code for the other layouts of LAMB's and SGD's entry points.
+    /// moment's blocks ([`RoundingBits::copy_blocks_of`]): through it, this path changed LLVM's
+    /// code for LAMB's f32 and IPEX layouts on AVX2, which share their entry points with it.
     const SHARES_FIRST_BITS: bool = V::RNG_BLOCK
         && O::WRITE_S[0]
         && O::WRITE_S[1]
