@@ -867,17 +867,20 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
         && (!O::DIVIDES || Self::STORED_MAY_DRAW[1] && Self::STORED_MAY_DRAW[2]);
 
     /// Whether both moments' stores round stochastically, the layout says so
-    /// ([`Access::ALWAYS_DRAWS`]), with bits from blocks in element order: the loop then reads
-    /// the first moment's words and hands the second moment the same words with partners
-    /// exchanged ([`Self::first_moments_bits`]). The run-time kind keeps a copy of the first
-    /// moment's blocks ([`RoundingBits::copy_blocks_of`]): through it, this path changed LLVM's
-    /// code for LAMB's f32 and IPEX layouts on AVX2, which share their entry points with it.
+    /// ([`Access::ALWAYS_DRAWS`]), with bits from blocks in element order, chunk by chunk: the
+    /// loop then reads the first moment's words and hands the second moment the same words with
+    /// partners exchanged ([`Self::first_moments_bits`]). The compiled grouped layouts whose
+    /// moments both round (split or nearest-rounded bf16 weights) take bf16 gradients, so the
+    /// even/odd blocks. The run-time kind keeps a copy of the first moment's blocks
+    /// ([`RoundingBits::copy_blocks_of`]): through it, this path changed LLVM's code for LAMB's
+    /// f32 and IPEX layouts on AVX2, which share their entry points with it.
     const SHARES_FIRST_BITS: bool = V::RNG_BLOCK
         && O::WRITE_S[0]
         && O::WRITE_S[1]
         && L::S0::ALWAYS_DRAWS
         && L::S1::ALWAYS_DRAWS
-        && !Self::EVEN_ODD_BLOCKS;
+        && !Self::EVEN_ODD_BLOCKS
+        && !(L::W::GROUPED || Self::PAIRED_DRAWS || Self::GROUPS_BLOCK_DRAWS);
 
     /// Where the backend draws its bits a block at a time, lays out the blocks for the loop
     /// ([`Self::EVEN_ODD_BLOCKS`]), and where both moments round stochastically, has the rounds
@@ -907,34 +910,17 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     }
 
     /// Where [`Self::SHARES_FIRST_BITS`] and both moments draw (`drawing`), the bits of both
-    /// moments' stores for the `G` chunks from `e` (at most a pair; in even/odd order where
-    /// [`Self::EVEN_ODD`]): the first moment's words from its block, and the same words with
-    /// partners exchanged for the second (SPEC.md §3.2), one `vpshufd` per chunk where a copy
-    /// of the block took a load, a shuffle and a store per vector. No bits otherwise.
+    /// moments' stores for the chunk at `e`: the first moment's words from its block, and the
+    /// same words with partners exchanged for the second (SPEC.md §3.2), one `vpshufd` where a
+    /// copy of the block took a load, a shuffle and a store per vector. No bits otherwise.
     #[inline(always)]
-    unsafe fn first_moments_bits<const G: usize>(
-        b: &mut Bufs<V, L>,
-        e: u64,
-        drawing: [bool; 4],
-    ) -> Drawn<V> {
+    unsafe fn first_moments_bits(b: &mut Bufs<V, L>, e: u64, drawing: [bool; 4]) -> Drawn<V> {
         unsafe {
             let mut drawn = [None; 4];
             if const { Self::SHARES_FIRST_BITS } && drawing[1] && drawing[2] {
-                debug_assert!(G <= 2);
-                let r0 = &mut b.rng_s[0];
-                let first = r0.r16_prepared(e);
-                let pair = if G == 2 {
-                    let second = r0.r16_prepared(e + V::LANES as u64);
-                    if const { Self::EVEN_ODD } {
-                        V::even_odd_of_chunks(first, second)
-                    } else {
-                        [first, second]
-                    }
-                } else {
-                    [first, first]
-                };
-                drawn[1] = Some(pair);
-                drawn[2] = Some(partners::<V>(pair, Self::EVEN_ODD && G == 2));
+                let r = b.rng_s[0].r16_prepared(e);
+                drawn[1] = Some([r, r]);
+                drawn[2] = Some(partners::<V>([r, r], false));
             }
             drawn
         }
@@ -945,8 +931,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     /// ([`RoundingBits::r16_even_odd_blocks`]), or drawn with the span's fill out of line where
     /// [`Self::PAIRED_DRAWS`] ([`RoundingBits::r16_alone`]): the chunks such a loop takes alone,
     /// at a run's ends; both moments' from the first moment's block where
-    /// [`Self::SHARES_FIRST_BITS`] (every chunk of a loop in chunks). Same bits: each element
-    /// meets its own.
+    /// [`Self::SHARES_FIRST_BITS`] (every chunk of such a layout's loop). Same bits: each
+    /// element meets its own.
     ///
     /// `drawing`: [`Self::drawing`]. An associated function, taking the driver's fields apart,
     /// so that a caller can hand it a stage's buffers or the driver's own.
@@ -960,24 +946,24 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
         drawing: [bool; 4],
     ) {
         unsafe {
-            if const { Self::EVEN_ODD_BLOCKS || Self::PAIRED_DRAWS } {
-                let mut drawn: Drawn<V> = [None; 4];
-                let [s0, s1, s2] = &mut b.rng_s;
-                for (k, rng) in [&mut b.rng_w, s0, s1, s2].into_iter().enumerate() {
-                    if drawing[k] {
-                        let r = if const { Self::EVEN_ODD_BLOCKS } {
-                            rng.r16_even_odd_blocks(e)
-                        } else {
-                            rng.r16_alone(e)
-                        };
-                        drawn[k] = Some([r, r]);
+            if const { Self::EVEN_ODD_BLOCKS || Self::PAIRED_DRAWS || Self::SHARES_FIRST_BITS } {
+                let drawn = if const { Self::SHARES_FIRST_BITS } {
+                    Self::first_moments_bits(b, e, drawing)
+                } else {
+                    let mut drawn: Drawn<V> = [None; 4];
+                    let [s0, s1, s2] = &mut b.rng_s;
+                    for (k, rng) in [&mut b.rng_w, s0, s1, s2].into_iter().enumerate() {
+                        if drawing[k] {
+                            let r = if const { Self::EVEN_ODD_BLOCKS } {
+                                rng.r16_even_odd_blocks(e)
+                            } else {
+                                rng.r16_alone(e)
+                            };
+                            drawn[k] = Some([r, r]);
+                        }
                     }
-                }
-                let mut vs = [load_vals::<V, L, O>(c, off)];
-                compute_group::<V, L, O, 1, false>(op, b, &mut vs, e, &drawn);
-                store_vals::<V, L, O, 1>(b, c, vs, off, e, drawn);
-            } else if const { Self::SHARES_FIRST_BITS } {
-                let drawn = Self::first_moments_bits::<1>(b, e, drawing);
+                    drawn
+                };
                 let mut vs = [load_vals::<V, L, O>(c, off)];
                 compute_group::<V, L, O, 1, false>(op, b, &mut vs, e, &drawn);
                 store_vals::<V, L, O, 1>(b, c, vs, off, e, drawn);
@@ -1329,19 +1315,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
             // An op that rounds in `apply` takes the pair's bits there (its stores then add none).
             let drawn = if const { Self::EVEN_ODD_BLOCKS && O::ROUNDS_IN_APPLY && G == 2 } {
                 self.even_odd_block_bits(e)
-            } else if const { Self::SHARES_FIRST_BITS } {
-                let drawing = self.drawing();
-                Self::first_moments_bits::<G>(self.b, e, drawing)
             } else {
                 [None; 4]
             };
             self.compute_g::<G>(&mut vs, e, &drawn);
-            let stored = if const { Self::SHARES_FIRST_BITS } {
-                drawn
-            } else {
-                [None; 4]
-            };
-            self.store_g::<G>(vs, off, e, stored);
+            self.store_g::<G>(vs, off, e, [None; 4]);
         }
     }
 
