@@ -79,7 +79,7 @@ impl Simd for Avx2 {
     }
     #[inline(always)]
     unsafe fn any(m: __m256i) -> bool {
-        unsafe { _mm256_movemask_ps(_mm256_castsi256_ps(m)) != 0 }
+        unsafe { sign_mask(m) != 0 }
     }
 
     #[inline(always)]
@@ -528,6 +528,25 @@ unsafe fn vaesenclast(mut x: __m256i, round_key: __m256i) -> __m256i {
         );
     }
     x
+}
+
+/// The sign bits of `m`'s eight dwords (`vmovmskps`). `asm!`, because from the intrinsic, tested
+/// against zero, LLVM makes a `vtestps`: two uops where this is one, in a step's NaN test, which
+/// waits at the end of the step's longest chain.
+#[inline]
+#[target_feature(enable = "avx")]
+unsafe fn sign_mask(m: __m256i) -> u32 {
+    let signs: u32;
+    // SAFETY: reads `m`'s register and writes `signs`'; no memory, no flags.
+    unsafe {
+        core::arch::asm!(
+            "vmovmskps {0:e}, {1}",
+            out(reg) signs,
+            in(ymm_reg) m,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    signs
 }
 
 /// `x`, hidden from LLVM's shuffle combining (an empty `asm!`, no instruction): it cannot merge
