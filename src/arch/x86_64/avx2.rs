@@ -537,7 +537,7 @@ unsafe fn vaesenclast(mut x: __m256i, round_key: __m256i) -> __m256i {
 #[target_feature(enable = "avx")]
 unsafe fn sign_mask(m: __m256i) -> u32 {
     let signs: u32;
-    // SAFETY: reads `m`'s register and writes `signs`'; no memory, no flags.
+    // SAFETY: reads the register holding `m` and writes `signs`; no memory, no flags.
     unsafe {
         core::arch::asm!(
             "vmovmskps {0:e}, {1}",
