@@ -5,6 +5,8 @@
 //! - pipes: six independent 256-bit (and, where the CPU has AVX-512, 512-bit) instructions of a
 //!   kind, alone and interleaved with six `vaesenc`; where the pair takes the sum of the two, they
 //!   share the rounds' pipes.
+//! - beside FMAs: eight independent 512-bit FMAs alone and beside eight of a kind (Zen 4's pipes,
+//!   which run a 512-bit operation as two halves).
 //! - divider: independent `vsqrtps` and `vdivps` on 256 and 512 bits.
 //! - fill: one span of the AVX2 fill (eight counter vectors, 40 rounds, 128 elements) with the
 //!   stores of each block layout, as `asm!`.
@@ -499,6 +501,66 @@ fn sqrt(ghz: f64) {
     std::hint::black_box(&w);
 }
 
+/// Eight lines of `$op` into registers 8..15 of width `$w` (`ymm` or `zmm`), operands `$rest`.
+macro_rules! eight_of {
+    ($w:literal, $op:literal, $rest:literal) => {
+        concat!(
+            $op, " ", $w, "8, ", $rest, "\n", $op, " ", $w, "9, ", $rest, "\n",
+            $op, " ", $w, "10, ", $rest, "\n", $op, " ", $w, "11, ", $rest, "\n",
+            $op, " ", $w, "12, ", $rest, "\n", $op, " ", $w, "13, ", $rest, "\n",
+            $op, " ", $w, "14, ", $rest, "\n", $op, " ", $w, "15, ", $rest, "\n"
+        )
+    };
+}
+
+/// Eight independent 512-bit FMAs (registers 0..7), alone and beside eight of `$op`: the cycles
+/// the eight add per loop. Where they add nothing, the instruction runs off the FMAs' pipes.
+macro_rules! eight_beside_fmas {
+    ($ghz:expr, $fmas:expr, $op:literal, $rest:literal) => {
+        eight_beside_fmas!($ghz, $fmas, "zmm", $op, $rest)
+    };
+    ($ghz:expr, $fmas:expr, $w:literal, $op:literal, $rest:literal) => {{
+        let both = cycles($ghz, || unsafe {
+            asm!(fmas_512!(), eight_of!($w, $op, $rest), clobber_abi("C"))
+        });
+        println!("| {} | {:.1} |", $op, both - $fmas);
+    }};
+}
+
+/// Eight independent 512-bit FMAs into zmm registers 0..7.
+macro_rules! fmas_512 {
+    () => {
+        concat!(
+            "vfmadd213ps zmm0, zmm20, zmm21\n", "vfmadd213ps zmm1, zmm20, zmm21\n",
+            "vfmadd213ps zmm2, zmm20, zmm21\n", "vfmadd213ps zmm3, zmm20, zmm21\n",
+            "vfmadd213ps zmm4, zmm20, zmm21\n", "vfmadd213ps zmm5, zmm20, zmm21\n",
+            "vfmadd213ps zmm6, zmm20, zmm21\n", "vfmadd213ps zmm7, zmm20, zmm21\n"
+        )
+    };
+}
+
+/// 512-bit instructions beside eight independent 512-bit FMAs (docs/DESIGN.md, "Zen 4's pipes"):
+/// on Zen 4, which runs a 512-bit operation as two halves, which ones share the FMAs' pipes.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,vaes")]
+unsafe fn beside_fmas_512(ghz: f64) {
+    let fmas = cycles(ghz, || unsafe { asm!(fmas_512!(), clobber_abi("C")) });
+    println!("\n512-bit instructions beside eight 512-bit FMAs ({fmas:.1} cycles alone)\n");
+    println!("| eight of | cycles added |\n|---|---|");
+    eight_beside_fmas!(ghz, fmas, "vpaddd", "zmm22, zmm23");
+    eight_beside_fmas!(ghz, fmas, "vpandd", "zmm22, zmm23");
+    eight_beside_fmas!(ghz, fmas, "vpslld", "zmm22, 16");
+    eight_beside_fmas!(ghz, fmas, "vpsllq", "zmm22, 33");
+    eight_beside_fmas!(ghz, fmas, "vpmaxud", "zmm22, zmm23");
+    eight_beside_fmas!(ghz, fmas, "vpermw", "zmm22, zmm23");
+    eight_beside_fmas!(ghz, fmas, "vpermq", "zmm22, zmm23");
+    eight_beside_fmas!(ghz, fmas, "ymm", "vextractf64x4", "zmm22, 1");
+    eight_beside_fmas!(ghz, fmas, "vcvtps2pd", "ymm22");
+    eight_beside_fmas!(ghz, fmas, "vaesenc", "zmm22, zmm23");
+    eight_beside_fmas!(ghz, fmas, "vmulpd", "zmm22, zmm23");
+    eight_beside_fmas!(ghz, fmas, "vpmaxuq", "zmm22, zmm23");
+    eight_beside_fmas!(ghz, fmas, "vpternlogd", "zmm22, zmm23, 0x96");
+}
+
 fn main() {
     let ghz = clock_ghz();
     println!("clock {ghz:.2} GHz");
@@ -510,6 +572,7 @@ fn main() {
     }
     if is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("vaes") {
         unsafe { pipes_512(ghz) };
+        unsafe { beside_fmas_512(ghz) };
     } else {
         println!("no AVX-512 with VAES: the 512-bit pipes skipped");
     }
