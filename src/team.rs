@@ -521,17 +521,23 @@ pub(crate) mod checks {
         threads: std::ffi::c_uint,
         _flags: std::ffi::c_uint,
     ) {
-        let data = data as usize;
+        // The region's data to each thread as a pointer, not an address: Miri then follows its
+        // provenance into the region (an integer cast would hide a bad access there).
+        struct Data(*mut std::ffi::c_void);
+        // SAFETY: the region's data is made to be shared by its threads (libgomp's contract).
+        unsafe impl Send for Data {}
+        unsafe impl Sync for Data {}
+        let data = &Data(data);
         thread::scope(|s| {
             for member in 1..threads.max(1) {
                 s.spawn(move || {
                     MEMBER.set(member as std::ffi::c_int);
                     // SAFETY: the region's function and data, alive until the scope ends.
-                    unsafe { f(data as *mut std::ffi::c_void) }
+                    unsafe { f(data.0) }
                 });
             }
             // SAFETY: as above.
-            unsafe { f(data as *mut std::ffi::c_void) };
+            unsafe { f(data.0) };
         });
     }
 
