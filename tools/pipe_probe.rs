@@ -541,7 +541,7 @@ macro_rules! fmas_512 {
 
 /// 512-bit instructions beside eight independent 512-bit FMAs (docs/DESIGN.md, "Zen 4's pipes"):
 /// on Zen 4, which runs a 512-bit operation as two halves, which ones share the FMAs' pipes.
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,vaes")]
+#[target_feature(enable = "avx512f,avx512bw,vaes")]
 unsafe fn beside_fmas_512(ghz: f64) {
     let fmas = cycles(ghz, || unsafe { asm!(fmas_512!(), clobber_abi("C")) });
     println!("\n512-bit instructions beside eight 512-bit FMAs ({fmas:.1} cycles alone)\n");
