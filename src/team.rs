@@ -524,8 +524,8 @@ pub(crate) mod checks {
         // The region's data to each thread as a pointer, not an address: Miri then follows its
         // provenance into the region (an integer cast would hide a bad access there).
         struct Data(*mut std::ffi::c_void);
-        // SAFETY: the region's data is made to be shared by its threads (libgomp's contract).
-        unsafe impl Send for Data {}
+        // SAFETY: the region's data is made to be shared by its threads (libgomp's contract); each
+        // thread takes it through `&Data`.
         unsafe impl Sync for Data {}
         let data = &Data(data);
         thread::scope(|s| {
