@@ -10,7 +10,7 @@ use std::path::Path;
 fn committed_corpus_replays_clean() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
     let mut replayed = 0;
-    for target in TARGETS {
+    for &target in TARGETS {
         let dir = root.join(target.name());
         let Ok(entries) = std::fs::read_dir(&dir) else {
             panic!("no corpus directory {}", dir.display());
@@ -31,7 +31,7 @@ fn committed_corpus_replays_clean() {
 #[test]
 fn pseudo_random_inputs_agree() {
     let mut r = halfstep::PhiloxRng::seed_from_u64(0xF022);
-    for target in TARGETS {
+    for &target in TARGETS {
         for i in 0..300 {
             let mut data = vec![0u8; 64 + (i * 37) % 3000];
             r.fill_bytes(&mut data);

@@ -18,6 +18,8 @@ use core::fmt::Debug;
 use rayon_core::ThreadPool;
 use std::sync::{Arc, OnceLock};
 
+#[cfg(feature = "capi")]
+mod c_abi;
 mod conversions;
 mod optimizers;
 
@@ -44,10 +46,13 @@ pub enum Target {
     Group,
     /// fp8 E4M3 / E5M2 and NVFP4 / MXFP4 quantization and dequantization.
     Quant,
+    /// The C ABI's optimizer steps with hostile descriptors (feature `capi`).
+    #[cfg(feature = "capi")]
+    CAbi,
 }
 
 /// Every target.
-pub const TARGETS: [Target; 8] = [
+pub const TARGETS: &[Target] = &[
     Target::ElementBits,
     Target::Convert,
     Target::Sgd,
@@ -56,6 +61,8 @@ pub const TARGETS: [Target; 8] = [
     Target::Lamb,
     Target::Group,
     Target::Quant,
+    #[cfg(feature = "capi")]
+    Target::CAbi,
 ];
 
 impl Target {
@@ -70,6 +77,8 @@ impl Target {
             Target::Lamb => "lamb",
             Target::Group => "group",
             Target::Quant => "quant",
+            #[cfg(feature = "capi")]
+            Target::CAbi => "c_abi",
         }
     }
 }
@@ -87,6 +96,8 @@ pub fn check(target: Target, data: &[u8]) -> Result<(), String> {
         Target::Lamb => lamb(&mut u),
         Target::Group => group(&mut u),
         Target::Quant => quant(&mut u),
+        #[cfg(feature = "capi")]
+        Target::CAbi => c_abi::c_abi(&mut u),
     };
     match r {
         Ok(r) => r,
@@ -189,17 +200,38 @@ pub struct Case {
 fn case(u: &mut Unstructured<'_>, max_len: usize) -> AResult<Case> {
     let len = u.int_in_range(0usize..=max_len)?;
     let off = u.int_in_range(0usize..=15)?;
-    let step = match u.int_in_range(0u8..=5)? {
-        0 => 0,
-        1 => u32::MAX,
-        2 => u32::arbitrary(u)?,
-        k => u32::from(k) - 2,
-    };
+    let step = step(u)?;
     let replica = match u.int_in_range(0u8..=3)? {
         0 => Replica::Differing(u16::arbitrary(u)?),
         1 => Replica::Differing(u16::MAX),
         _ => Replica::Identical,
     };
+    let stream = stream(u, len)?;
+    Ok(Case {
+        len,
+        off,
+        ctx: StepContext {
+            seed: u64::arbitrary(u)?,
+            step,
+            replica,
+        },
+        stream,
+    })
+}
+
+/// A step number: 0 and `u32::MAX` among them.
+fn step(u: &mut Unstructured<'_>) -> AResult<u32> {
+    Ok(match u.int_in_range(0u8..=5)? {
+        0 => 0,
+        1 => u32::MAX,
+        2 => u32::arbitrary(u)?,
+        k => u32::from(k) - 2,
+    })
+}
+
+/// A tensor id (sometimes past 2^28) and an index base for `len` elements (sometimes running
+/// past 2^51).
+fn stream(u: &mut Unstructured<'_>, len: usize) -> AResult<TensorStream> {
     let id = if u.ratio(1, 16)? {
         u32::arbitrary(u)?
     } else {
@@ -213,16 +245,7 @@ fn case(u: &mut Unstructured<'_>, max_len: usize) -> AResult<Case> {
         3 => u64::arbitrary(u)? % limit,
         k => [0, 1, 127, 2047][usize::from(k - 3)],
     };
-    Ok(Case {
-        len,
-        off,
-        ctx: StepContext {
-            seed: u64::arbitrary(u)?,
-            step,
-            replica,
-        },
-        stream: TensorStream { id, index_base },
-    })
+    Ok(TensorStream { id, index_base })
 }
 
 /// Every engine to compare with the reference.
