@@ -11,6 +11,7 @@
 
 use super::*;
 use crate::capi::*;
+use rand_core::{Rng, SeedableRng};
 use std::ffi::{CStr, CString, c_void};
 use std::sync::Mutex;
 
@@ -25,6 +26,7 @@ const PAD: usize = 64;
 /// Buffers per tensor: weights, trail, grads, three states.
 const BUFFERS: usize = 6;
 
+/// The entry point and its config.
 #[derive(Clone, Copy, Debug)]
 enum Op {
     Sgd(hs_sgd_config),
@@ -42,12 +44,14 @@ enum Ptr {
     Null,
     /// Its own region, `k` bytes on (1..=3: misaligned for f32, and for 16-bit when odd).
     Shifted(usize),
-    /// The region of buffer `b` of tensor `t`, `k` elements in (a shared byte with it).
+    /// The region of buffer `b` of tensor `t`, `k` 4-byte words in (a shared byte with it).
     Into { t: usize, b: usize, k: usize },
     /// The descriptor array.
     Descriptors,
 }
 
+/// One tensor's descriptor: per buffer (weights, trail, grads, three states) a kind, a rounding
+/// and a pointer.
 #[derive(Clone, Copy, Debug)]
 struct Desc {
     len: usize,
@@ -67,12 +71,14 @@ enum Where {
     Team,
 }
 
+/// One decoded call.
 #[derive(Clone, Debug)]
 struct CCase {
     op: Op,
     descs: Vec<Desc>,
     /// The call's `count` (at most the descriptors' number; 0 with NULL descriptors too).
     count: usize,
+    /// NULL in place of the config, the context, the descriptors, LAMB's workspace.
     null: [bool; 4],
     ctx: hs_step_context,
     threads: Where,
@@ -271,16 +277,12 @@ fn c_case(u: &mut Unstructured<'_>) -> AResult<CCase> {
     })
 }
 
-/// The arena's values: mostly ordinary numbers, some specials and raw bits (splitmix64 from the
-/// case's seed, so a case's bytes stay few however long its tensors).
+/// The arena's values: mostly ordinary numbers, some specials and raw bits (the crate's Philox
+/// generator from the case's seed, so a case's bytes stay few however long its tensors).
 fn fill(arena: &mut [u32], seed: u64) {
-    let mut s = seed;
+    let mut r = crate::PhiloxRng::seed_from_u64(seed);
     for x in arena {
-        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
+        let z = r.next_u64();
         *x = match z % 8 {
             0 => SPECIALS[(z >> 8) as usize % SPECIALS.len()],
             1 => (z >> 32) as u32,
