@@ -21,7 +21,8 @@ const MAX_TENSORS: usize = 4;
 /// are cut into pieces.
 const MAX_LEN: usize = 600;
 /// Bytes each buffer's region of the arena spans beyond its f32 elements, so a pointer moved
-/// off its alignment still lies inside the arena.
+/// off its alignment or a few words into another buffer ([`Ptr`]) still has its elements inside
+/// the arena.
 const PAD: usize = 64;
 /// Buffers per tensor: weights, trail, grads, three states.
 const BUFFERS: usize = 6;
@@ -322,10 +323,9 @@ fn or_null<T>(null: bool, p: &T) -> *const T {
 
 /// Runs the case once on the backend in force, on a fresh arena and descriptors.
 fn call(c: &CCase) -> Outcome {
-    // Each buffer's region: MAX_LEN f32 elements and the pad, in words; one region spare at the
-    // end, so a pointer into the last one with its elements still lies in the arena.
+    // Each buffer's region: MAX_LEN f32 elements and the pad, in words.
     let region = (MAX_LEN * 4 + PAD) / 4;
-    let mut arena = vec![0u32; (c.descs.len().max(1) * BUFFERS + 1) * region];
+    let mut arena = vec![0u32; c.descs.len() * BUFFERS * region];
     fill(&mut arena, c.seed);
     let before = arena.clone();
     let base = arena.as_mut_ptr();
