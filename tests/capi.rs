@@ -10,6 +10,10 @@ use halfstep::{
 use std::ffi::CStr;
 use std::ptr::null_mut;
 
+/// `hs_force_backend` is the process's, and the test harness runs tests on several threads: the
+/// tests that force backends take turns, so each step runs on the backend its loop forced.
+static FORCING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 const N: usize = 300;
 
 /// Buffers for one tensor: split weights, f32 grads, three f32 states.
@@ -237,6 +241,7 @@ fn group_steps_match_the_rust_api_across_batches() {
 
 #[test]
 fn quantizers_on_every_forced_backend_give_the_same_bits() {
+    let _turn = FORCING.lock().unwrap_or_else(|e| e.into_inner());
     // Each forced backend's own kernels (the entry points must route through the forced engine,
     // not the process-wide one) must give the reference's bytes.
     let src: Vec<f32> = (0..333).map(|i| ((i as f32) * 0.37).sin() * 40.0).collect();
@@ -282,6 +287,7 @@ fn quantizers_on_every_forced_backend_give_the_same_bits() {
 
 #[test]
 fn adam_on_every_forced_backend_gives_the_same_bits() {
+    let _turn = FORCING.lock().unwrap_or_else(|e| e.into_inner());
     let mut results = Vec::new();
     for b in Backend::available() {
         let name = std::ffi::CString::new(b.name()).unwrap();
