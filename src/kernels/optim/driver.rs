@@ -72,6 +72,13 @@ pub(super) trait ElementOp<V: Simd> {
     /// order for whole 32-element groups, or read from blocks in the even/odd layout for pairs
     /// from multiples of 16 (`Driver::PAIRS_FROM_BLOCKS`).
     const EVEN_ODD_PAIRS: bool = false;
+    /// Whether the in-order loop ([`Driver::PIPELINED`]) runs `apply` (or `apply_even_odd`) on
+    /// each group in two halves, software-pipelined: the next group's [`ElementOp::head`] before
+    /// this group's [`ElementOp::tail`] and stores. Same arithmetic, same order of the sums. LAMB's
+    /// first pass, whose divisions take the moments as stored: with their stochastic rounding in
+    /// the same group, the divisions waited on the rounding's latency (AVX-512 on Zen 4,
+    /// bf16-SR states at 64K: 0.93x the time; docs/DESIGN.md).
+    const PIPELINED: bool = false;
     /// Transforms the loaded values of the chunk at global index `e`. `drawn` holds the bits the
     /// driver has drawn for the chunk's stochastic stores, where it has ([`ChunkBits`]): an op
     /// that rounds a value as it will be stored (LAMB's `Access::as_stored`) takes those.
@@ -114,6 +121,37 @@ pub(super) trait ElementOp<V: Simd> {
             self.apply(y, e + V::LANES as u64, b, drawn[1]);
         }
     }
+    /// The first half of `apply` where [`ElementOp::PIPELINED`]: what the chunk's stores take (by
+    /// default the whole of it).
+    #[inline(always)]
+    unsafe fn head<L: Layout<V>>(
+        &mut self,
+        v: &mut Vals<V>,
+        e: u64,
+        b: &mut Bufs<V, L>,
+        drawn: ChunkBits<V>,
+    ) {
+        unsafe { self.apply(v, e, b, drawn) }
+    }
+    /// The rest of `apply`, on the chunk at `e` that [`ElementOp::head`] left, before it is
+    /// stored.
+    #[inline(always)]
+    unsafe fn tail<L: Layout<V>>(&mut self, _v: &mut Vals<V>, _e: u64) {}
+    /// [`ElementOp::head`] of a pair in even/odd order.
+    #[inline(always)]
+    unsafe fn head_even_odd<L: Layout<V>>(
+        &mut self,
+        x: &mut Vals<V>,
+        y: &mut Vals<V>,
+        e: u64,
+        b: &mut Bufs<V, L>,
+        drawn: [ChunkBits<V>; 2],
+    ) {
+        unsafe { self.apply_even_odd(x, y, e, b, drawn) }
+    }
+    /// [`ElementOp::tail`] of a pair in even/odd order.
+    #[inline(always)]
+    unsafe fn tail_even_odd<L: Layout<V>>(&mut self, _x: &mut Vals<V>, _y: &mut Vals<V>, _e: u64) {}
 }
 
 /// The buffers one chunk reads and writes (the tensor's, or a stage's).
@@ -328,19 +366,30 @@ unsafe fn compute_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize, 
             });
         }
         if const { O::NAN_TEST_PER_GROUP } {
-            // The group's tested vectors pair across its chunks: a pair of chunks whose weights'
-            // NaNs cover the states' takes one compare where each chunk took one (a compare
-            // takes a cycle of the FMA pipes on Zen 4; docs/DESIGN.md, "NaN canonicalisation").
-            let tested = nan_tested::<V, L, O>();
-            let mut acc = NanAcc::<V>::new();
+            canonicalize_group::<V, L, O, G>(vs);
+        }
+    }
+}
+
+/// The NaN test of a computed group where the op tests per group
+/// ([`ElementOp::NAN_TEST_PER_GROUP`]).
+#[inline(always)]
+unsafe fn canonicalize_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: usize>(
+    vs: &mut [Vals<V>; G],
+) {
+    unsafe {
+        // The group's tested vectors pair across its chunks: a pair of chunks whose weights'
+        // NaNs cover the states' takes one compare where each chunk took one (a compare takes a
+        // cycle of the FMA pipes on Zen 4; docs/DESIGN.md, "NaN canonicalisation").
+        let tested = nan_tested::<V, L, O>();
+        let mut acc = NanAcc::<V>::new();
+        unrolled!(G, i => {
+            acc.push_stored(tested, &vs[i]);
+        });
+        if acc.any() {
             unrolled!(G, i => {
-                acc.push_stored(tested, &vs[i]);
+                canonicalize_stored::<V, L, O>(&mut vs[i]);
             });
-            if acc.any() {
-                unrolled!(G, i => {
-                    canonicalize_stored::<V, L, O>(&mut vs[i]);
-                });
-            }
         }
     }
 }
@@ -787,6 +836,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
             && (!m[2] || paired[2])
             && (!m[3] || paired[3])
     };
+
+    /// Whether the in-order loop ([`Self::PAIRED_DRAWS`]) runs the op on its groups in two halves
+    /// a group apart ([`ElementOp::PIPELINED`]): only there is each group's computation and store
+    /// in the driver's hands (the other loops finish a chunk or group in one call).
+    const PIPELINED: bool = O::PIPELINED && Self::PAIRED_DRAWS && O::NAN_TEST_PER_GROUP;
 
     /// Whether a layout whose weights do not ask for groups ([`Access::GROUPED`]) runs in groups
     /// of two chunks all the same: where the stores read their bits from blocks (AVX2), some
@@ -1308,6 +1362,45 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
         }
     }
 
+    /// [`Self::compute_g`], or where [`Self::PIPELINED`] its first half ([`Self::tail_g`] the rest).
+    #[inline(always)]
+    unsafe fn head_g<const G: usize>(&mut self, vs: &mut [Vals<V>; G], e: u64, drawn: &Drawn<V>) {
+        unsafe {
+            if const { Self::PIPELINED && Self::EVEN_ODD && !O::BY_LANE } {
+                debug_assert_eq!(G, 2);
+                let bits = [apply_bits::<V, O>(drawn, 0), apply_bits::<V, O>(drawn, 1)];
+                let (x, y) = vs.split_at_mut(1);
+                self.op.head_even_odd(&mut x[0], &mut y[0], e, self.b, bits);
+            } else if const { Self::PIPELINED } {
+                unrolled!(G, i => {
+                    let bits = apply_bits::<V, O>(drawn, i);
+                    self.op.head(&mut vs[i], e + (i * V::LANES) as u64, self.b, bits);
+                });
+            } else {
+                self.compute_g::<G>(vs, e, drawn)
+            }
+        }
+    }
+
+    /// Where [`Self::PIPELINED`], the rest of the group from `e` that [`Self::head_g`] began, and
+    /// its NaN test; otherwise nothing.
+    #[inline(always)]
+    unsafe fn tail_g<const G: usize>(&mut self, vs: &mut [Vals<V>; G], e: u64) {
+        unsafe {
+            if const { Self::PIPELINED } {
+                if const { Self::EVEN_ODD && !O::BY_LANE } {
+                    let (x, y) = vs.split_at_mut(1);
+                    self.op.tail_even_odd::<L>(&mut x[0], &mut y[0], e);
+                } else {
+                    unrolled!(G, i => {
+                        self.op.tail::<L>(&mut vs[i], e + (i * V::LANES) as u64);
+                    });
+                }
+                canonicalize_group::<V, L, O, G>(vs);
+            }
+        }
+    }
+
     /// [`finish_group`] for the grouped loop, in even/odd order where [`Self::EVEN_ODD`].
     #[inline(always)]
     unsafe fn finish_g<const G: usize>(&mut self, mut vs: [Vals<V>; G], off: isize, e: u64) {
@@ -1359,7 +1452,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                         next_drawn = self.draw_pairs(d);
                         d.advance();
                     }
-                    self.compute_g::<G>(&mut cur, e, &cur_drawn);
+                    self.head_g::<G>(&mut cur, e, &cur_drawn);
                 }
                 while e + gl < last {
                     if const { Self::FILLS_AHEAD } {
@@ -1377,9 +1470,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                             // The bits of the group two on.
                             let drawn = self.draw_pairs(d);
                             d.advance();
-                            if const { O::DIVIDES } {
+                            // A pipelined op's tail of this group after the next one's head.
+                            if const { O::DIVIDES || Self::PIPELINED } {
                                 let mut next = self.load_g::<G>(off + gl as isize);
-                                self.compute_g::<G>(&mut next, e + gl, &next_drawn);
+                                self.head_g::<G>(&mut next, e + gl, &next_drawn);
+                                self.tail_g::<G>(&mut cur, e);
                                 self.store_g::<G>(cur, off, e, cur_drawn);
                                 cur = next;
                             } else {
@@ -1402,6 +1497,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                     e += gl;
                 }
                 if const { IN_ORDER } {
+                    self.tail_g::<G>(&mut cur, e);
                     self.store_g::<G>(cur, off, e, cur_drawn);
                 } else {
                     self.finish_g::<G>(cur, off, e);

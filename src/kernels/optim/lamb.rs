@@ -198,15 +198,15 @@ impl<V: Simd, const KEEP: bool, const SUM_U: bool> LambPass1<V, KEEP, SUM_U> {
 }
 
 impl<V: Simd, const KEEP: bool, const SUM_U: bool> LambPass1<V, KEEP, SUM_U> {
-    /// The moments of one vector of values, left in `v` as stored; returns u (also in `v.s[2]`).
+    /// The moments of one vector of values, as stored.
     #[inline(always)]
-    unsafe fn moments_and_direction<L: Layout<V>>(
+    unsafe fn moments_as_stored<L: Layout<V>>(
         &mut self,
-        v: &mut Vals<V>,
+        v: &Vals<V>,
         e: u64,
         b: &mut Bufs<V, L>,
         drawn: ChunkBits<V>,
-    ) -> V::F {
+    ) -> (V::F, V::F) {
         unsafe {
             let (mut m, mut vv) =
                 moments::<V>(self.omb1, self.beta2, self.omb2, v.g, v.s[0], v.s[1]);
@@ -217,14 +217,57 @@ impl<V: Simd, const KEEP: bool, const SUM_U: bool> LambPass1<V, KEEP, SUM_U> {
                 vv = canonicalize::<V>(vv);
             }
             let [r0, r1, _] = &mut b.rng_s;
-            let m_stored = b.s0.as_stored(m, r0, e, drawn[1]);
-            let v_stored = b.s1.as_stored(vv, r1, e, drawn[2]);
+            (
+                b.s0.as_stored(m, r0, e, drawn[1]),
+                b.s1.as_stored(vv, r1, e, drawn[2]),
+            )
+        }
+    }
+
+    /// The moments of one vector of values, left in `v` as stored, and u from them (also in
+    /// `v.s[2]`).
+    #[inline(always)]
+    unsafe fn moments_and_direction<L: Layout<V>>(
+        &mut self,
+        v: &mut Vals<V>,
+        e: u64,
+        b: &mut Bufs<V, L>,
+        drawn: ChunkBits<V>,
+    ) -> V::F {
+        unsafe {
+            let (m_stored, v_stored) = self.moments_as_stored(v, e, b, drawn);
             let u = self.k.direction(v.p, m_stored, v_stored);
             // As stored: their stores then add nothing (`ElementOp::ROUNDS_IN_APPLY`).
             v.s[0] = m_stored;
             v.s[1] = v_stored;
             v.s[2] = u;
             u
+        }
+    }
+
+    /// u from the weight and the moments `v` holds as stored ([`ElementOp::head`]), also left
+    /// in `v.s[2]`.
+    #[inline(always)]
+    unsafe fn direction_of(&self, v: &mut Vals<V>) -> V::F {
+        unsafe {
+            let u = self.k.direction(v.p, v.s[0], v.s[1]);
+            v.s[2] = u;
+            u
+        }
+    }
+
+    /// Adds a chunk's squares to the sums.
+    #[inline(always)]
+    unsafe fn add_squares<L: Layout<V>>(&mut self, p: V::F, u: V::F, e: u64) {
+        unsafe {
+            // Staged lanes outside the slice hold zeros, so they add +0 to both sums. Pairs in
+            // even/odd order may have come before only where the driver can take them
+            // (`Driver::EVEN_ODD`: paired draws, so paired 16-bit stores, or blocks of bits).
+            if const { L::EVEN_ODD && V::EVEN_ODD && (V::PAIRED_U16 || V::RNG_BLOCK) } {
+                self.norms.add::<true, SUM_U>(p, u, e);
+            } else {
+                self.norms.add::<false, SUM_U>(p, u, e);
+            }
         }
     }
 }
@@ -236,6 +279,7 @@ impl<V: Simd, const KEEP: bool, const SUM_U: bool> ElementOp<V> for LambPass1<V,
     const CANONICAL_DRAWN_STATES: bool = true;
     const BY_LANE: bool = false;
     const EVEN_ODD_PAIRS: bool = true;
+    const PIPELINED: bool = true;
     const READ_S: [bool; 3] = [true, true, false];
 
     #[inline(always)]
@@ -247,15 +291,10 @@ impl<V: Simd, const KEEP: bool, const SUM_U: bool> ElementOp<V> for LambPass1<V,
         drawn: ChunkBits<V>,
     ) {
         unsafe {
+            // One sequence rather than `head` then `tail` through `v`, which changed the code LLVM
+            // made for AVX2's stochastic first pass (not pipelined there).
             let u = self.moments_and_direction(v, e, b, drawn);
-            // Staged lanes outside the slice hold zeros, so they add +0 to both sums. Pairs in
-            // even/odd order may have come before only where the driver can take them
-            // (`Driver::EVEN_ODD`: paired draws, so paired 16-bit stores, or blocks of bits).
-            if const { L::EVEN_ODD && V::EVEN_ODD && (V::PAIRED_U16 || V::RNG_BLOCK) } {
-                self.norms.add::<true, SUM_U>(v.p, u, e);
-            } else {
-                self.norms.add::<false, SUM_U>(v.p, u, e);
-            }
+            self.add_squares::<L>(v.p, u, e);
         }
     }
 
@@ -271,6 +310,50 @@ impl<V: Simd, const KEEP: bool, const SUM_U: bool> ElementOp<V> for LambPass1<V,
         unsafe {
             let ux = self.moments_and_direction(x, e, b, drawn[0]);
             let uy = self.moments_and_direction(y, e + V::LANES as u64, b, drawn[1]);
+            self.norms.add_even_odd::<SUM_U>([x.p, y.p], [ux, uy], e);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn head<L: Layout<V>>(
+        &mut self,
+        v: &mut Vals<V>,
+        e: u64,
+        b: &mut Bufs<V, L>,
+        drawn: ChunkBits<V>,
+    ) {
+        unsafe {
+            (v.s[0], v.s[1]) = self.moments_as_stored(v, e, b, drawn);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn tail<L: Layout<V>>(&mut self, v: &mut Vals<V>, e: u64) {
+        unsafe {
+            let u = self.direction_of(v);
+            self.add_squares::<L>(v.p, u, e);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn head_even_odd<L: Layout<V>>(
+        &mut self,
+        x: &mut Vals<V>,
+        y: &mut Vals<V>,
+        e: u64,
+        b: &mut Bufs<V, L>,
+        drawn: [ChunkBits<V>; 2],
+    ) {
+        unsafe {
+            self.head(x, e, b, drawn[0]);
+            self.head(y, e + V::LANES as u64, b, drawn[1]);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn tail_even_odd<L: Layout<V>>(&mut self, x: &mut Vals<V>, y: &mut Vals<V>, e: u64) {
+        unsafe {
+            let (ux, uy) = (self.direction_of(x), self.direction_of(y));
             self.norms.add_even_odd::<SUM_U>([x.p, y.p], [ux, uy], e);
         }
     }
