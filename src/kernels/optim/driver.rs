@@ -137,7 +137,8 @@ pub(super) trait ElementOp<V: Simd> {
     /// stored.
     #[inline(always)]
     unsafe fn tail<L: Layout<V>>(&mut self, _v: &mut Vals<V>, _e: u64) {}
-    /// [`ElementOp::head`] of a pair in even/odd order.
+    /// [`ElementOp::head`] of each chunk of a pair in even/odd order (from `e`, lanes as for
+    /// [`ElementOp::apply_even_odd`]).
     #[inline(always)]
     unsafe fn head_even_odd<L: Layout<V>>(
         &mut self,
@@ -147,7 +148,10 @@ pub(super) trait ElementOp<V: Simd> {
         b: &mut Bufs<V, L>,
         drawn: [ChunkBits<V>; 2],
     ) {
-        unsafe { self.apply_even_odd(x, y, e, b, drawn) }
+        unsafe {
+            self.head(x, e, b, drawn[0]);
+            self.head(y, e + V::LANES as u64, b, drawn[1]);
+        }
     }
     /// [`ElementOp::tail`] of a pair in even/odd order.
     #[inline(always)]

@@ -291,8 +291,8 @@ impl<V: Simd, const KEEP: bool, const SUM_U: bool> ElementOp<V> for LambPass1<V,
         drawn: ChunkBits<V>,
     ) {
         unsafe {
-            // One sequence rather than `head` then `tail` through `v`, which changed the code LLVM
-            // made for AVX2's stochastic first pass (not pipelined there).
+            // One sequence rather than `head` then `tail` through `v` (as `apply_even_odd`), which
+            // changed the code LLVM made for AVX2's stochastic first pass (not pipelined there).
             let u = self.moments_and_direction(v, e, b, drawn);
             self.add_squares::<L>(v.p, u, e);
         }
@@ -332,21 +332,6 @@ impl<V: Simd, const KEEP: bool, const SUM_U: bool> ElementOp<V> for LambPass1<V,
         unsafe {
             let u = self.direction_of(v);
             self.add_squares::<L>(v.p, u, e);
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn head_even_odd<L: Layout<V>>(
-        &mut self,
-        x: &mut Vals<V>,
-        y: &mut Vals<V>,
-        e: u64,
-        b: &mut Bufs<V, L>,
-        drawn: [ChunkBits<V>; 2],
-    ) {
-        unsafe {
-            self.head(x, e, b, drawn[0]);
-            self.head(y, e + V::LANES as u64, b, drawn[1]);
         }
     }
 
