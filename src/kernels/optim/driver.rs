@@ -77,7 +77,7 @@ pub(super) trait ElementOp<V: Simd> {
     /// this group's [`ElementOp::tail`] and stores. Same arithmetic, same order of the sums. LAMB's
     /// first pass, whose divisions take the moments as stored: with their stochastic rounding in
     /// the same group, the divisions waited on the rounding's latency (AVX-512 on Zen 4,
-    /// bf16-SR states at 64K: 0.93x the time; docs/DESIGN.md).
+    /// bf16-SR states at 64K: 0.93-0.96x the time; docs/DESIGN.md).
     const PIPELINED: bool = false;
     /// Transforms the loaded values of the chunk at global index `e`. `drawn` holds the bits the
     /// driver has drawn for the chunk's stochastic stores, where it has ([`ChunkBits`]): an op
