@@ -1,8 +1,9 @@
 //! The random-bit generators that were candidates for element bits, timed side by side in one
 //! process (docs/DESIGN.md, "Random bits: ARS-5"): Philox4x32-10 and -7 (AVX2 with one block per
-//! even lane, as halfstep ran it, and AVX-512), ARS-5 and ARS-7 with 128-bit AES-NI, and ARS-5 with
-//! VAES on 256 and 512 bits (on 512 also with the values put in element order, as the library's
-//! `fill_bits` stores them, by one permutation or by two shuffles). Each fills 16K 16-bit values
+//! even lane, as halfstep ran it, and AVX-512), ARS-5 and ARS-7 with 128-bit AES-NI (ARS-5 also
+//! with the values put in element order, as the library's `fill_bits` stores them without VAES,
+//! three ways), and ARS-5 with VAES on 256 and 512 bits (on 512 also in element order, by one
+//! permutation or by two shuffles). Each fills 16K 16-bit values
 //! (in L1) 200 times, eight independent blocks or vectors in flight; median of 15. The bit layouts
 //! differ from SPEC.md's: only the cost of the rounds is measured.
 //!
@@ -72,6 +73,49 @@ unsafe fn ars_aesni<const R: usize>(out: &mut [u16], seed: u64) {
         for i in 0..W { x[i] = _mm_xor_si128(_mm_add_epi32(base, _mm_cvtsi32_si128((v + i) as i32)), rk[0]); }
         for r in 1..R { for i in 0..W { x[i] = _mm_aesenc_si128(x[i], rk[r]); } }
         for i in 0..W { x[i] = _mm_aesenclast_si128(x[i], rk[R]); _mm_storeu_si128(p.add(v + i), x[i]); }
+    }
+}
+
+/// ARS-5 on 128-bit AES-NI with its values put in SPEC.md's element order, as `fill_bits` stores
+/// them without VAES: per 32-element group of four blocks the words' low halves, then their high
+/// halves. ORDER 1: the library's form, two blocks joined in a ymm, one `vpshufb` and one `vpermq`;
+/// 2: per block a `vpshufb` and two 64-bit stores; 3: `vpand`/`vpsrld` and `vpackusdw` per two blocks.
+#[target_feature(enable = "avx2,aes")]
+unsafe fn ars_aesni_ordered<const ORDER: u8>(out: &mut [u16], seed: u64) {
+    let weyl = _mm_set_epi64x(0xBB67AE8584CAA73Bu64 as i64, 0x9E3779B97F4A7C15u64 as i64);
+    let mut rk = [_mm_setzero_si128(); 6];
+    rk[0] = _mm_set_epi64x(0, seed as i64);
+    for i in 1..6 { rk[i] = _mm_add_epi64(rk[i - 1], weyl); }
+    let sh = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                              0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    let (mask, base, p) = (_mm_set1_epi32(0xFFFF), _mm_set_epi32(13, 11, 7, 0), out.as_mut_ptr());
+    for g in (0..out.len() / 32).step_by(2) {
+        let mut x = [_mm_setzero_si128(); 8];
+        for i in 0..8 { x[i] = _mm_xor_si128(_mm_add_epi32(base, _mm_cvtsi32_si128((4 * g + i) as i32)), rk[0]); }
+        for r in 1..5 { for i in 0..8 { x[i] = _mm_aesenc_si128(x[i], rk[r]); } }
+        for i in 0..8 { x[i] = _mm_aesenclast_si128(x[i], rk[5]); }
+        for (h, b) in x.chunks(4).enumerate() {
+            let q = p.add(32 * (g + h));
+            for k in 0..2 {
+                let (a, c) = (b[2 * k], b[2 * k + 1]);
+                match ORDER {
+                    1 => {
+                        let w = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(_mm256_set_m128i(c, a), sh));
+                        _mm_storeu_si128(q.add(8 * k).cast(), _mm256_castsi256_si128(w));
+                        _mm_storeu_si128(q.add(16 + 8 * k).cast(), _mm256_extracti128_si256::<1>(w));
+                    }
+                    2 => for (j, v) in [a, c].into_iter().enumerate() {
+                        let v = _mm_shuffle_epi8(v, _mm256_castsi256_si128(sh));
+                        _mm_storel_epi64(q.add(8 * k + 4 * j).cast(), v);
+                        _mm_storeh_pd(q.add(16 + 8 * k + 4 * j).cast(), _mm_castsi128_pd(v));
+                    },
+                    _ => {
+                        _mm_storeu_si128(q.add(8 * k).cast(), _mm_packus_epi32(_mm_and_si128(a, mask), _mm_and_si128(c, mask)));
+                        _mm_storeu_si128(q.add(16 + 8 * k).cast(), _mm_packus_epi32(_mm_srli_epi32::<16>(a), _mm_srli_epi32::<16>(c)));
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -195,6 +239,17 @@ fn main() {
         bench("philox4x32-7 avx2", &|b, s| unsafe { philox_avx2::<7>(b, s) });
         bench("ars-5 aes-ni xmm", &|b, s| unsafe { ars_aesni::<5>(b, s) });
         bench("ars-7 aes-ni xmm", &|b, s| unsafe { ars_aesni::<7>(b, s) });
+        bench("ars-5 aes-ni, element order", &|b, s| unsafe { ars_aesni_ordered::<1>(b, s) });
+        bench("ars-5 aes-ni, order by blocks", &|b, s| unsafe { ars_aesni_ordered::<2>(b, s) });
+        bench("ars-5 aes-ni, order by packs", &|b, s| unsafe { ars_aesni_ordered::<3>(b, s) });
+        let orders: Vec<Vec<u16>> = (1..=3u8)
+            .map(|o| {
+                let mut v = vec![0u16; 4096];
+                unsafe { [ars_aesni_ordered::<1>, ars_aesni_ordered::<2>, ars_aesni_ordered::<3>][o as usize - 1](&mut v, 7) };
+                v
+            })
+            .collect();
+        assert!(orders[0] == orders[1] && orders[0] == orders[2], "the 128-bit element orders differ");
         if is_x86_feature_detected!("vaes") {
             bench("ars-5 vaes ymm", &|b, s| unsafe { ars_vaes256::<5>(b, s) });
         }

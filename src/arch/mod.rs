@@ -18,6 +18,28 @@ pub(crate) mod x86_64;
 /// The largest lane count of any backend (AVX-512).
 pub(crate) const MAX_LANES: usize = 16;
 
+/// `p`, hidden from LLVM (its address passes through an empty `asm!`, no instruction): it can
+/// neither read what `p` points to ahead of where it is used nor merge a store to it with a
+/// store to a neighbouring address.
+#[inline(always)]
+pub(crate) fn opaque_ptr<T>(p: *const T) -> *const T {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        let mut addr = p.addr();
+        // SAFETY: the template is a comment; it reads and writes nothing but `addr`'s register.
+        unsafe {
+            core::arch::asm!(
+                "/* {0} */",
+                inout(reg) addr,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        p.with_addr(addr)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    p
+}
+
 /// Reduction lanes (in order) laid out as [`Simd::acc_add_squares_even_odd`]'s accumulator holds
 /// them: lane `k` of the result is reduction lane `2k` for `k < 8`, `2(k - 8) + 1` for `k >= 8`.
 #[inline(always)]
@@ -492,6 +514,27 @@ pub(crate) trait Simd: Copy + 'static {
                 u32_vector::<Self>(lane),
                 u32_vector::<Self>(|j| lane(l + j)),
             ]
+        }
+    }
+
+    /// [`Simd::even_odd_lanes`] of the two chunks of 32-bit values from `p`.
+    #[inline(always)]
+    unsafe fn load_even_odd_lanes(p: *const u32) -> [Self::U; 2] {
+        unsafe {
+            let a = Self::to_bits(Self::load(p.cast()));
+            let b = Self::to_bits(Self::load(p.add(Self::LANES).cast()));
+            Self::even_odd_lanes(a, b)
+        }
+    }
+
+    /// Stores [`Simd::lanes_in_order`] of `even` and `odd` as the two chunks of 32-bit values
+    /// from `p`.
+    #[inline(always)]
+    unsafe fn store_lanes_in_order(p: *mut u32, even: Self::U, odd: Self::U) {
+        unsafe {
+            let [a, b] = Self::lanes_in_order(even, odd);
+            Self::store(p.cast(), Self::from_bits(a));
+            Self::store(p.add(Self::LANES).cast(), Self::from_bits(b));
         }
     }
 
