@@ -686,6 +686,25 @@ pub(crate) mod checks {
                     assert_eq!(first[l], both(l), "{name}: lanes in order {l}");
                     assert_eq!(second[l], both(V::LANES + l), "{name}: lanes in order {l}");
                 }
+                // The same through memory, from and to a line one word past an alignment.
+                let mut line = [0u32; 2 * MAX_LANES + 1];
+                for (i, w) in line[1..=n].iter_mut().enumerate() {
+                    *w = both(i);
+                }
+                let [even, odd] = V::load_even_odd_lanes(line[1..].as_ptr());
+                let mut out = [junk(0); 2 * MAX_LANES + 2];
+                V::store_lanes_in_order(out[1..].as_mut_ptr(), even, odd);
+                let (even, odd) = (lanes::<V>(even), lanes::<V>(odd));
+                for l in 0..V::LANES {
+                    assert_eq!(even[l], both(2 * l), "{name}: loaded lanes even {l}");
+                    assert_eq!(odd[l], both(2 * l + 1), "{name}: loaded lanes odd {l}");
+                }
+                assert_eq!(out[1..=n], line[1..=n], "{name}: lanes stored in order");
+                assert_eq!(
+                    [out[0], out[n + 1]],
+                    [junk(0); 2],
+                    "{name}: stored past the line"
+                );
                 // Sums of squares of four pairs of chunks, in element order and in even/odd order:
                 // the same sums (bit for bit) in each reduction lane, laid out apart. Magnitudes
                 // 2^-30 .. 2^30, so that the f64 sums round and their order shows.

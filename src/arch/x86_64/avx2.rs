@@ -300,7 +300,7 @@ impl Simd for Avx2 {
     #[inline(always)]
     unsafe fn store_packed_hi(hi: *mut u16, packed: __m256i) {
         // To an opaque address: LLVM otherwise merges two chunks' stores of each kind into one
-        // 256-bit store, the high halves' by a `vperm2i128` (eight uops on Zen 1; a lane-crossing
+        // 256-bit store, the high halves' by a `vperm2f128` (eight uops on Zen 1; a lane-crossing
         // one on every CPU) where a 128-bit store from the high lane needs none.
         unsafe {
             let hi = crate::arch::opaque_ptr(hi).cast_mut();

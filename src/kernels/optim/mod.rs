@@ -294,7 +294,8 @@ type ScratchBuf = F32Buf<false>;
 #[derive(Clone, Copy)]
 struct KeptBuf(ScratchBuf);
 
-/// Two f32 chunks from `p` as a pair in even/odd order ([`crate::arch::Simd::load_even_odd_lanes`]).
+/// Two f32 chunks from `p` as a pair in even/odd order
+/// ([`crate::arch::Simd::load_even_odd_lanes`]).
 #[inline(always)]
 unsafe fn load_f32_even_odd<V: Simd>(p: *const f32) -> [V::F; 2] {
     unsafe {
