@@ -18,28 +18,6 @@ pub(crate) mod x86_64;
 /// The largest lane count of any backend (AVX-512).
 pub(crate) const MAX_LANES: usize = 16;
 
-/// `p`, hidden from LLVM (its address passes through an empty `asm!`, no instruction): it can
-/// neither read what `p` points to ahead of where it is used nor merge a store to it with a
-/// store to a neighbouring address.
-#[inline(always)]
-pub(crate) fn opaque_ptr<T>(p: *const T) -> *const T {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    {
-        let mut addr = p.addr();
-        // SAFETY: the template is a comment; it reads and writes nothing but `addr`'s register.
-        unsafe {
-            core::arch::asm!(
-                "/* {0} */",
-                inout(reg) addr,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-        }
-        p.with_addr(addr)
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    p
-}
-
 /// Reduction lanes (in order) laid out as [`Simd::acc_add_squares_even_odd`]'s accumulator holds
 /// them: lane `k` of the result is reduction lane `2k` for `k < 8`, `2(k - 8) + 1` for `k >= 8`.
 #[inline(always)]
@@ -517,27 +495,6 @@ pub(crate) trait Simd: Copy + 'static {
         }
     }
 
-    /// [`Simd::even_odd_lanes`] of the two chunks of 32-bit values from `p`.
-    #[inline(always)]
-    unsafe fn load_even_odd_lanes(p: *const u32) -> [Self::U; 2] {
-        unsafe {
-            let a = Self::to_bits(Self::load(p.cast()));
-            let b = Self::to_bits(Self::load(p.add(Self::LANES).cast()));
-            Self::even_odd_lanes(a, b)
-        }
-    }
-
-    /// Stores [`Simd::lanes_in_order`] of `even` and `odd` as the two chunks of 32-bit values
-    /// from `p`.
-    #[inline(always)]
-    unsafe fn store_lanes_in_order(p: *mut u32, even: Self::U, odd: Self::U) {
-        unsafe {
-            let [a, b] = Self::lanes_in_order(even, odd);
-            Self::store(p.cast(), Self::from_bits(a));
-            Self::store(p.add(Self::LANES).cast(), Self::from_bits(b));
-        }
-    }
-
     // ---- 8-bit and 4-bit memory (the low-bit formats)
     /// Loads `LANES` bytes, zero-extended.
     unsafe fn load_u8(p: *const u8) -> Self::U;
@@ -686,25 +643,6 @@ pub(crate) mod checks {
                     assert_eq!(first[l], both(l), "{name}: lanes in order {l}");
                     assert_eq!(second[l], both(V::LANES + l), "{name}: lanes in order {l}");
                 }
-                // The same through memory, from and to a line one word past an alignment.
-                let mut line = [0u32; 2 * MAX_LANES + 1];
-                for (i, w) in line[1..=n].iter_mut().enumerate() {
-                    *w = both(i);
-                }
-                let [even, odd] = V::load_even_odd_lanes(line[1..].as_ptr());
-                let mut out = [junk(0); 2 * MAX_LANES + 2];
-                V::store_lanes_in_order(out[1..].as_mut_ptr(), even, odd);
-                let (even, odd) = (lanes::<V>(even), lanes::<V>(odd));
-                for l in 0..V::LANES {
-                    assert_eq!(even[l], both(2 * l), "{name}: loaded lanes even {l}");
-                    assert_eq!(odd[l], both(2 * l + 1), "{name}: loaded lanes odd {l}");
-                }
-                assert_eq!(out[1..=n], line[1..=n], "{name}: lanes stored in order");
-                assert_eq!(
-                    [out[0], out[n + 1]],
-                    [junk(0); 2],
-                    "{name}: stored past the line"
-                );
                 // Sums of squares of four pairs of chunks, in element order and in even/odd order:
                 // the same sums (bit for bit) in each reduction lane, laid out apart. Magnitudes
                 // 2^-30 .. 2^30, so that the f64 sums round and their order shows.

@@ -154,6 +154,27 @@ unsafe fn round0<V: Simd, const N: usize>(
     }
 }
 
+/// `p`, hidden from LLVM (its address passes through an empty `asm!`, no instruction), so that
+/// what it points to is read where it is used ([`crate::arch::Simd::RNG_STARTS_IN_MEMORY`]).
+#[inline(always)]
+fn opaque_ptr<T>(p: *const T) -> *const T {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        let mut addr = p.addr();
+        // SAFETY: the template is a comment; it reads and writes nothing but `addr`'s register.
+        unsafe {
+            core::arch::asm!(
+                "/* {0} */",
+                inout(reg) addr,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        p.with_addr(addr)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    p
+}
+
 /// A vector whose block `i` (lanes `4i .. 4i + 4`) is `f(i)`.
 #[inline(always)]
 unsafe fn per_block<V: Simd>(f: impl Fn(usize) -> [u32; 4]) -> V::U {
@@ -292,7 +313,7 @@ impl<V: Simd, const WORDS: bool> GroupBits<V, WORDS> {
     pub(crate) fn starts(&self) -> *const V::U {
         let starts = self.consts.start.as_ptr();
         if V::RNG_STARTS_IN_MEMORY && Self::WIDE_AES && self.consts.wide {
-            arch::opaque_ptr(starts)
+            opaque_ptr(starts)
         } else {
             starts
         }

@@ -299,13 +299,7 @@ impl Simd for Avx2 {
     }
     #[inline(always)]
     unsafe fn store_packed_hi(hi: *mut u16, packed: __m256i) {
-        // To an opaque address: LLVM otherwise merges two chunks' stores of each kind into one
-        // 256-bit store, the high halves' by a `vperm2f128` (eight uops on Zen 1; a lane-crossing
-        // one on every CPU) where a 128-bit store from the high lane needs none.
-        unsafe {
-            let hi = crate::arch::opaque_ptr(hi).cast_mut();
-            _mm_storeu_si128(hi.cast(), _mm256_extracti128_si256::<1>(packed))
-        }
+        unsafe { _mm_storeu_si128(hi.cast(), _mm256_extracti128_si256::<1>(packed)) }
     }
     #[inline(always)]
     unsafe fn store_u16_high(p: *mut u16, v: __m256i) {
@@ -370,41 +364,6 @@ impl Simd for Avx2 {
         }
     }
 
-    #[inline(always)]
-    unsafe fn load_even_odd_lanes(p: *const u32) -> [__m256i; 2] {
-        unsafe {
-            // The halves paired by the loads (a 128-bit load and one inserted into its high
-            // lane, which takes no shuffle pipe), then `even_odd_lanes`' in-lane picks: two
-            // `vperm2i128` fewer (eight uops each on Zen 1).
-            let half = |i: usize| _mm_loadu_si128(p.add(4 * i).cast());
-            let pair = |i: usize| {
-                _mm256_castsi256_ps(_mm256_inserti128_si256::<1>(
-                    _mm256_castsi128_si256(half(i)),
-                    half(i + 2),
-                ))
-            };
-            let (lo, hi) = (pair(0), pair(1));
-            [
-                _mm256_castps_si256(_mm256_shuffle_ps::<0b10_00_10_00>(lo, hi)),
-                _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)),
-            ]
-        }
-    }
-    #[inline(always)]
-    unsafe fn store_lanes_in_order(p: *mut u32, even: __m256i, odd: __m256i) {
-        unsafe {
-            // Interleaved in-lane (elements 0-3 | 8-11, then 4-7 | 12-15), each 128-bit lane
-            // stored where it goes: no `vperm2i128`. The addresses are opaque so that LLVM
-            // does not pair the stores back into 256-bit ones by lane-crossing shuffles.
-            let lo = _mm256_unpacklo_epi32(even, odd);
-            let hi = _mm256_unpackhi_epi32(even, odd);
-            let at = |i: usize| crate::arch::opaque_ptr(p.add(4 * i)).cast_mut().cast();
-            _mm_storeu_si128(p.cast(), _mm256_castsi256_si128(lo));
-            _mm_storeu_si128(at(1), _mm256_castsi256_si128(hi));
-            _mm_storeu_si128(at(2), _mm256_extracti128_si256::<1>(lo));
-            _mm_storeu_si128(at(3), _mm256_extracti128_si256::<1>(hi));
-        }
-    }
     #[inline(always)]
     unsafe fn load_u8(p: *const u8) -> __m256i {
         unsafe { _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast())) }

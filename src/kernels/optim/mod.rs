@@ -294,21 +294,26 @@ type ScratchBuf = F32Buf<false>;
 #[derive(Clone, Copy)]
 struct KeptBuf(ScratchBuf);
 
-/// Two f32 chunks from `p` as a pair in even/odd order
-/// ([`crate::arch::Simd::load_even_odd_lanes`]).
+/// Two f32 chunks from `p` as a pair in even/odd order ([`crate::arch::Simd::even_odd_lanes`]).
 #[inline(always)]
 unsafe fn load_f32_even_odd<V: Simd>(p: *const f32) -> [V::F; 2] {
     unsafe {
-        let [even, odd] = V::load_even_odd_lanes(p.cast());
+        let a = V::to_bits(V::load(p));
+        let b = V::to_bits(V::load(p.add(V::LANES)));
+        let [even, odd] = V::even_odd_lanes(a, b);
         [V::from_bits(even), V::from_bits(odd)]
     }
 }
 
 /// Stores a pair given in even/odd order as two f32 chunks from `p`, in element order
-/// ([`crate::arch::Simd::store_lanes_in_order`]).
+/// ([`crate::arch::Simd::lanes_in_order`]).
 #[inline(always)]
 unsafe fn store_f32_even_odd<V: Simd>(p: *mut f32, vs: [V::F; 2]) {
-    unsafe { V::store_lanes_in_order(p.cast(), V::to_bits(vs[0]), V::to_bits(vs[1])) }
+    unsafe {
+        let [a, b] = V::lanes_in_order(V::to_bits(vs[0]), V::to_bits(vs[1]));
+        V::store(p, V::from_bits(a));
+        V::store(p.add(V::LANES), V::from_bits(b));
+    }
 }
 
 impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
