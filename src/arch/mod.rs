@@ -299,6 +299,33 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn pack_u16_halves(v: Self::U) -> Self::U {
         v
     }
+    /// Whether [`Simd::pack_u16_halves_pair`] is a form of its own, which the stores of split
+    /// weights then take for each two chunks of a group.
+    const PACKS_HALVES_PAIRS: bool = false;
+    /// Two chunks' lanes' high and low 16 bits, each kind in element order in one vector:
+    /// `[high, low]`, each for [`Simd::store_u16_pair`] (`2 * LANES` values).
+    #[inline(always)]
+    unsafe fn pack_u16_halves_pair(v: [Self::U; 2]) -> [Self::U; 2] {
+        unsafe {
+            let (x, y, l) = (
+                u32_lanes::<Self>(v[0]),
+                u32_lanes::<Self>(v[1]),
+                Self::LANES,
+            );
+            let word = |i: usize| if i < l { x[i] } else { y[i - l] };
+            let halves = |shift: u32| {
+                u32_vector::<Self>(|j| {
+                    (word(2 * j) >> shift) & 0xFFFF | ((word(2 * j + 1) >> shift) & 0xFFFF) << 16
+                })
+            };
+            [halves(16), halves(0)]
+        }
+    }
+    /// Stores `2 * LANES` u16: a vector's bits as [`Simd::pack_u16_halves_pair`] left them.
+    #[inline(always)]
+    unsafe fn store_u16_pair(p: *mut u16, packed: Self::U) {
+        unsafe { Self::store(p.cast(), Self::from_bits(packed)) }
+    }
     /// Whether [`Simd::pack_u16_halves_beside_aes`] is a form of its own.
     const PACKS_BESIDE_AES: bool = false;
     /// [`Simd::pack_u16_halves`] by operations that issue beside the AES rounds rather than on
@@ -495,6 +522,27 @@ pub(crate) trait Simd: Copy + 'static {
         }
     }
 
+    /// [`Simd::even_odd_lanes`] of the two chunks of 32-bit values from `p`.
+    #[inline(always)]
+    unsafe fn load_even_odd_lanes(p: *const u32) -> [Self::U; 2] {
+        unsafe {
+            let a = Self::to_bits(Self::load(p.cast()));
+            let b = Self::to_bits(Self::load(p.add(Self::LANES).cast()));
+            Self::even_odd_lanes(a, b)
+        }
+    }
+
+    /// Stores [`Simd::lanes_in_order`] of `even` and `odd` as the two chunks of 32-bit values
+    /// from `p`.
+    #[inline(always)]
+    unsafe fn store_lanes_in_order(p: *mut u32, even: Self::U, odd: Self::U) {
+        unsafe {
+            let [a, b] = Self::lanes_in_order(even, odd);
+            Self::store(p.cast(), Self::from_bits(a));
+            Self::store(p.add(Self::LANES).cast(), Self::from_bits(b));
+        }
+    }
+
     // ---- 8-bit and 4-bit memory (the low-bit formats)
     /// Loads `LANES` bytes, zero-extended.
     unsafe fn load_u8(p: *const u8) -> Self::U;
@@ -642,6 +690,46 @@ pub(crate) mod checks {
                 for l in 0..V::LANES {
                     assert_eq!(first[l], both(l), "{name}: lanes in order {l}");
                     assert_eq!(second[l], both(V::LANES + l), "{name}: lanes in order {l}");
+                }
+                // The same through memory, from and to a line one word past an alignment.
+                let mut line = [0u32; 2 * MAX_LANES + 1];
+                for (i, w) in line[1..=n].iter_mut().enumerate() {
+                    *w = both(i);
+                }
+                let [even, odd] = V::load_even_odd_lanes(line[1..].as_ptr());
+                let mut out = [junk(0); 2 * MAX_LANES + 2];
+                V::store_lanes_in_order(out[1..].as_mut_ptr(), even, odd);
+                let (even, odd) = (lanes::<V>(even), lanes::<V>(odd));
+                for l in 0..V::LANES {
+                    assert_eq!(even[l], both(2 * l), "{name}: loaded lanes even {l}");
+                    assert_eq!(odd[l], both(2 * l + 1), "{name}: loaded lanes odd {l}");
+                }
+                assert_eq!(out[1..=n], line[1..=n], "{name}: lanes stored in order");
+                assert_eq!(
+                    [out[0], out[n + 1]],
+                    [junk(0); 2],
+                    "{name}: stored past the line"
+                );
+                // Two chunks' high and low 16-bit halves, each kind stored in element order.
+                let [high, low] = V::pack_u16_halves_pair([a, b]);
+                let mut halves = [[0u16; 2 * MAX_LANES + 2]; 2];
+                for (packed, out) in [high, low].into_iter().zip(&mut halves) {
+                    out.fill(0xDEAD);
+                    V::store_u16_pair(out[1..].as_mut_ptr(), packed);
+                    assert_eq!(
+                        [out[0], out[n + 1]],
+                        [0xDEAD; 2],
+                        "{name}: halves pair, past"
+                    );
+                }
+                for i in 0..n {
+                    let w = both(i);
+                    assert_eq!(
+                        halves[0][1 + i],
+                        (w >> 16) as u16,
+                        "{name}: halves pair, high {i}"
+                    );
+                    assert_eq!(halves[1][1 + i], w as u16, "{name}: halves pair, low {i}");
                 }
                 // Sums of squares of four pairs of chunks, in element order and in even/odd order:
                 // the same sums (bit for bit) in each reduction lane, laid out apart. Magnitudes

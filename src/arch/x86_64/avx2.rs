@@ -293,6 +293,25 @@ impl Simd for Avx2 {
             opaque(_mm256_permute4x64_epi64::<0b11_01_10_00>(halves))
         }
     }
+    const PACKS_HALVES_PAIRS: bool = true;
+    #[inline(always)]
+    unsafe fn pack_u16_halves_pair(v: [__m256i; 2]) -> [__m256i; 2] {
+        unsafe {
+            // Each chunk's halves gathered in-lane (quadwords: low 0-3, high 0-3, low 4-7, high
+            // 4-7), the two chunks' quadwords of each kind interleaved, then put in order by one
+            // `vpermq`. As many instructions as two `pack_u16_halves` and their 128-bit stores,
+            // which LLVM pairs into 256-bit stores, the high lanes' by a `vperm2f128` (eight uops
+            // on Zen 1, where a `vpermq` is two). Opaque between the steps: LLVM otherwise
+            // merges them into shuffles of its own choice, ten where six are needed.
+            let s0 = opaque(_mm256_shuffle_epi8(v[0], halves_shuffle()));
+            let s1 = opaque(_mm256_shuffle_epi8(v[1], halves_shuffle()));
+            let order = |x: __m256i| _mm256_permute4x64_epi64::<0b11_01_10_00>(opaque(x));
+            [
+                order(_mm256_unpackhi_epi64(s0, s1)),
+                order(_mm256_unpacklo_epi64(s0, s1)),
+            ]
+        }
+    }
     #[inline(always)]
     unsafe fn store_packed_lo(lo: *mut u16, packed: __m256i) {
         unsafe { _mm_storeu_si128(lo.cast(), _mm256_castsi256_si128(packed)) }
@@ -338,13 +357,15 @@ impl Simd for Avx2 {
     #[inline(always)]
     unsafe fn lanes_in_order(even: __m256i, odd: __m256i) -> [__m256i; 2] {
         unsafe {
-            // Interleaved in-lane (elements 0-3 | 8-11, then 4-7 | 12-15), the halves then
-            // paired by one `vperm2i128` each.
-            let lo = _mm256_unpacklo_epi32(even, odd);
-            let hi = _mm256_unpackhi_epi32(even, odd);
+            // Each input's middle quadwords swapped by a `vpermq` (elements 0, 2, 8, 10 | 4, 6,
+            // 12, 14 and the odd ones so), then interleaved in-lane: as many shuffles as
+            // interleaving first and pairing the halves by a `vperm2i128` each (eight uops on
+            // Zen 1, where a `vpermq` is two). Opaque so that LLVM cannot turn them back.
+            let order = |x: __m256i| opaque(_mm256_permute4x64_epi64::<0b11_01_10_00>(x));
+            let (even, odd) = (order(even), order(odd));
             [
-                _mm256_permute2x128_si256::<0x20>(lo, hi),
-                _mm256_permute2x128_si256::<0x31>(lo, hi),
+                _mm256_unpacklo_epi32(even, odd),
+                _mm256_unpackhi_epi32(even, odd),
             ]
         }
     }
@@ -357,6 +378,27 @@ impl Simd for Avx2 {
             // on Zen 3, whose `vpermq` shares the AES rounds' pipes (tools/pipe_probe.rs).
             let lo = _mm256_castsi256_ps(_mm256_permute2x128_si256::<0x20>(a, b));
             let hi = _mm256_castsi256_ps(_mm256_permute2x128_si256::<0x31>(a, b));
+            [
+                _mm256_castps_si256(_mm256_shuffle_ps::<0b10_00_10_00>(lo, hi)),
+                _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)),
+            ]
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load_even_odd_lanes(p: *const u32) -> [__m256i; 2] {
+        unsafe {
+            // The halves paired by the loads (a 128-bit load and one inserted into its high
+            // lane, which takes no shuffle port), then `even_odd_lanes`' in-lane picks: as many
+            // instructions, two `vperm2i128` fewer (eight uops each on Zen 1).
+            let half = |i: usize| _mm_loadu_si128(p.add(4 * i).cast());
+            let pair = |i: usize| {
+                _mm256_castsi256_ps(_mm256_inserti128_si256::<1>(
+                    _mm256_castsi128_si256(half(i)),
+                    half(i + 2),
+                ))
+            };
+            let (lo, hi) = (pair(0), pair(1));
             [
                 _mm256_castps_si256(_mm256_shuffle_ps::<0b10_00_10_00>(lo, hi)),
                 _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)),

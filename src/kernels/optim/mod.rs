@@ -294,26 +294,21 @@ type ScratchBuf = F32Buf<false>;
 #[derive(Clone, Copy)]
 struct KeptBuf(ScratchBuf);
 
-/// Two f32 chunks from `p` as a pair in even/odd order ([`crate::arch::Simd::even_odd_lanes`]).
+/// Two f32 chunks from `p` as a pair in even/odd order
+/// ([`crate::arch::Simd::load_even_odd_lanes`]).
 #[inline(always)]
 unsafe fn load_f32_even_odd<V: Simd>(p: *const f32) -> [V::F; 2] {
     unsafe {
-        let a = V::to_bits(V::load(p));
-        let b = V::to_bits(V::load(p.add(V::LANES)));
-        let [even, odd] = V::even_odd_lanes(a, b);
+        let [even, odd] = V::load_even_odd_lanes(p.cast());
         [V::from_bits(even), V::from_bits(odd)]
     }
 }
 
 /// Stores a pair given in even/odd order as two f32 chunks from `p`, in element order
-/// ([`crate::arch::Simd::lanes_in_order`]).
+/// ([`crate::arch::Simd::store_lanes_in_order`]).
 #[inline(always)]
 unsafe fn store_f32_even_odd<V: Simd>(p: *mut f32, vs: [V::F; 2]) {
-    unsafe {
-        let [a, b] = V::lanes_in_order(V::to_bits(vs[0]), V::to_bits(vs[1]));
-        V::store(p, V::from_bits(a));
-        V::store(p.add(V::LANES), V::from_bits(b));
-    }
+    unsafe { V::store_lanes_in_order(p.cast(), V::to_bits(vs[0]), V::to_bits(vs[1])) }
 }
 
 impl<V: Simd, const CANONICAL: bool> Access<V> for F32Buf<CANONICAL> {
@@ -449,6 +444,23 @@ impl<V: Simd> Access<V> for SplitBuf {
     ) {
         unsafe {
             // Split bits need no random bits (`encode` is the f32 bits).
+            if const { V::PACKS_HALVES_PAIRS && G.is_multiple_of(2) } {
+                // Each two chunks' halves packed together: one store of each kind per pair.
+                let mut packed = [V::splat_u(0); G];
+                unrolled!(G / 2, k => {
+                    let pair = [V::to_bits(vs[2 * k]), V::to_bits(vs[2 * k + 1])];
+                    [packed[2 * k], packed[2 * k + 1]] = V::pack_u16_halves_pair(pair);
+                });
+                unrolled!(G / 2, k => {
+                    let at = off + (2 * k * V::LANES) as isize;
+                    V::store_u16_pair(self.0.offset(at), packed[2 * k]);
+                });
+                unrolled!(G / 2, k => {
+                    let at = off + (2 * k * V::LANES) as isize;
+                    V::store_u16_pair(self.1.offset(at), packed[2 * k + 1]);
+                });
+                return;
+            }
             let mut packed = [V::splat_u(0); G];
             unrolled!(G, i => {
                 packed[i] = V::pack_u16_halves(V::to_bits(vs[i]));
