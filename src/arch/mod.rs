@@ -303,7 +303,9 @@ pub(crate) trait Simd: Copy + 'static {
     /// weights then take for each two chunks of a group.
     const PACKS_HALVES_PAIRS: bool = false;
     /// Two chunks' lanes' high and low 16 bits, each kind in element order in one vector:
-    /// `[high, low]`, each for [`Simd::store_u16_pair`] (`2 * LANES` values).
+    /// `[high, low]`, each for [`Simd::store_u16_pair`] (`2 * LANES` values). The default is
+    /// the definition, lane by lane through memory, for the checks: the stores take the pair
+    /// form only where [`Simd::PACKS_HALVES_PAIRS`] says a backend has its own.
     #[inline(always)]
     unsafe fn pack_u16_halves_pair(v: [Self::U; 2]) -> [Self::U; 2] {
         unsafe {
