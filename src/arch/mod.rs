@@ -303,7 +303,7 @@ pub(crate) trait Simd: Copy + 'static {
     /// weights then take for each two chunks of a group.
     const PACKS_HALVES_PAIRS: bool = false;
     /// Two chunks' lanes' high and low 16 bits, each kind in element order in one vector:
-    /// `[high, low]`, each for [`Simd::store_u16_pair`] (`2 * LANES` values). The default is
+    /// `[high, low]`, each `2 * LANES` values stored by one [`Simd::store`]. The default is
     /// the definition, lane by lane through memory, for the checks: the stores take the pair
     /// form only where [`Simd::PACKS_HALVES_PAIRS`] says a backend has its own.
     #[inline(always)]
@@ -322,11 +322,6 @@ pub(crate) trait Simd: Copy + 'static {
             };
             [halves(16), halves(0)]
         }
-    }
-    /// Stores `2 * LANES` u16: a vector's bits as [`Simd::pack_u16_halves_pair`] left them.
-    #[inline(always)]
-    unsafe fn store_u16_pair(p: *mut u16, packed: Self::U) {
-        unsafe { Self::store(p.cast(), Self::from_bits(packed)) }
     }
     /// Whether [`Simd::pack_u16_halves_beside_aes`] is a form of its own.
     const PACKS_BESIDE_AES: bool = false;
@@ -717,7 +712,7 @@ pub(crate) mod checks {
                 let mut halves = [[0u16; 2 * MAX_LANES + 2]; 2];
                 for (packed, out) in [high, low].into_iter().zip(&mut halves) {
                     out.fill(0xDEAD);
-                    V::store_u16_pair(out[1..].as_mut_ptr(), packed);
+                    V::store(out[1..].as_mut_ptr().cast(), V::from_bits(packed));
                     assert_eq!(
                         [out[0], out[n + 1]],
                         [0xDEAD; 2],

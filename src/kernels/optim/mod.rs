@@ -453,11 +453,11 @@ impl<V: Simd> Access<V> for SplitBuf {
                 });
                 unrolled!(G / 2, k => {
                     let at = off + (2 * k * V::LANES) as isize;
-                    V::store_u16_pair(self.0.offset(at), packed[2 * k]);
+                    V::store(self.0.offset(at).cast(), V::from_bits(packed[2 * k]));
                 });
                 unrolled!(G / 2, k => {
                     let at = off + (2 * k * V::LANES) as isize;
-                    V::store_u16_pair(self.1.offset(at), packed[2 * k + 1]);
+                    V::store(self.1.offset(at).cast(), V::from_bits(packed[2 * k + 1]));
                 });
                 return;
             }
