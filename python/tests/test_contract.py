@@ -116,6 +116,22 @@ class EveryStepChecks(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "parameter 2 .*not contiguous"):
             opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(5, 7).t())]})
 
+    def test_retyped_in_place(self):
+        # The same memory under another dtype: only the dtype tells the step that something changed.
+        opt, params = self.fresh()
+        params[0].data = params[0].data.view(torch.bfloat16)[:4096]  # same address and shape
+        self.refuse(opt, params, r"parameter 0 .*torch.bfloat16.*needs torch.float32")
+        opt, params = self.fresh()
+        exp_avg = opt.state[params[1]]["exp_avg"]
+        exp_avg.data = exp_avg.data.view(torch.int32)
+        self.refuse(opt, params, r"parameter 1 .*state 'exp_avg'")
+
+    def test_step_count_past_float32_range(self):
+        opt, params = self.fresh()
+        for p in params:
+            opt.state[p]["step"].fill_(2 ** 24 - 1)  # in place: the tensor the last step read
+        self.refuse(opt, params, r"would take step 16777216")
+
     def test_sparse_gradient(self):
         emb = torch.nn.Embedding(10, 4, sparse=True)
         opt = halfstep.Adagrad(emb.parameters(), lr=0.1)
