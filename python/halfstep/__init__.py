@@ -304,11 +304,11 @@ class _Plan:
     check saw, and where its gradient's address sits in the descriptor words) and the call's
     descriptor words; the byte ranges of every buffer but the gradients."""
 
-    __slots__ = ("state", "groups", "ctx", "ctx_ref", "fixed", "grads")
+    __slots__ = ("state", "groups", "ctx", "ctx_address", "fixed", "grads")
 
     def __init__(self, state, groups, ctx, fixed, grads):
         self.state, self.groups, self.fixed, self.grads = state, groups, fixed, grads
-        self.ctx, self.ctx_ref = ctx, ctypes.addressof(ctx)
+        self.ctx, self.ctx_address = ctx, ctypes.addressof(ctx)
 
     def overlap_free(self):
         """Whether the gradients at their current addresses overlap nothing."""
@@ -677,11 +677,11 @@ class _Halfstep(torch.optim.Optimizer):
                 return False
             for group, _, _ in calls:
                 self._check_group(group)
-        ctx, ctx_ref = plan.ctx, plan.ctx_ref
+        ctx, ctx_address = plan.ctx, plan.ctx_address
         for i, (group, step, words) in enumerate(calls):
             ctx.step = step
             address, length = words.buffer_info()
-            status = self._call(group, ctx_ref, address, length // _WORDS)
+            status = self._call(group, ctx_address, address, length // _WORDS)
             if status != 0:
                 if i == 0:
                     return False  # nothing written: the checked step says why
