@@ -498,6 +498,31 @@ pub(crate) trait Simd: Copy + 'static {
         }
     }
 
+    /// Within each 128-bit block of four lanes, the even lanes of `a` and then of `b`, and the
+    /// odd ones (lane `4k + j` of the first vector is lane `4k + 2j` of `a` for `j < 2`, lane
+    /// `4k + 2j - 4` of `b` for `j ≥ 2`; of the second, one lane on): [`Simd::even_odd_lanes`]
+    /// where the pair's blocks lie across `a` and `b` in alternation, as the even/odd block fill
+    /// draws them ([`crate::kernels::bits`]' `GroupBits::new_for_blocks`), with no shuffle across
+    /// blocks.
+    #[inline(always)]
+    unsafe fn even_odd_in_blocks(a: Self::U, b: Self::U) -> [Self::U; 2] {
+        unsafe {
+            let (x, y) = (u32_lanes::<Self>(a), u32_lanes::<Self>(b));
+            let pick = |j: usize, odd: usize| {
+                let (k, j) = (j / 4 * 4, j % 4);
+                if j < 2 {
+                    x[k + 2 * j + odd]
+                } else {
+                    y[k + 2 * j - 4 + odd]
+                }
+            };
+            [
+                u32_vector::<Self>(|j| pick(j, 0)),
+                u32_vector::<Self>(|j| pick(j, 1)),
+            ]
+        }
+    }
+
     /// The inverse of [`Simd::even_odd_lanes`]: a pair's even and odd lanes back in element
     /// order, as two chunks (lane `2l` of the two taken as one vector is lane `l` of `even`,
     /// lane `2l + 1` lane `l` of `odd`).
@@ -687,6 +712,15 @@ pub(crate) mod checks {
                 for l in 0..V::LANES {
                     assert_eq!(first[l], both(l), "{name}: lanes in order {l}");
                     assert_eq!(second[l], both(V::LANES + l), "{name}: lanes in order {l}");
+                }
+                // The same lanes with their blocks of four in alternation: the first vector
+                // holding blocks 0, 2, 4, ... of the two taken as one, the second 1, 3, 5, ...
+                let alternate = |v: usize| vector::<V>(|l| both(4 * (2 * (l / 4) + v) + l % 4));
+                let [even, odd] = V::even_odd_in_blocks(alternate(0), alternate(1));
+                let (even, odd) = (lanes::<V>(even), lanes::<V>(odd));
+                for l in 0..V::LANES {
+                    assert_eq!(even[l], both(2 * l), "{name}: in blocks even {l}");
+                    assert_eq!(odd[l], both(2 * l + 1), "{name}: in blocks odd {l}");
                 }
                 // The same through memory, from and to a line one word past an alignment.
                 let mut line = [0u32; 2 * MAX_LANES + 1];

@@ -386,6 +386,17 @@ impl Simd for Avx2 {
     }
 
     #[inline(always)]
+    unsafe fn even_odd_in_blocks(a: __m256i, b: __m256i) -> [__m256i; 2] {
+        unsafe {
+            // `even_odd_lanes`' in-lane picks alone (`vshufps`).
+            let (a, b) = (_mm256_castsi256_ps(a), _mm256_castsi256_ps(b));
+            [
+                _mm256_castps_si256(_mm256_shuffle_ps::<0b10_00_10_00>(a, b)),
+                _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(a, b)),
+            ]
+        }
+    }
+    #[inline(always)]
     unsafe fn load_even_odd_lanes(p: *const u32) -> [__m256i; 2] {
         unsafe {
             // The halves paired by the loads (a 128-bit load and one inserted into its high
