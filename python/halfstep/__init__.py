@@ -23,9 +23,12 @@ its own (keyword-only):
   not run on OpenMP, None steps on halfstep's global thread pool and n on a team of n threads of
   the optimizer's own, whose other threads spin briefly between steps. Threads never change a bit.
 
-The random bits are a function of (seed, the parameter's step, the parameter's index among all
-the optimizer's parameters, the element, replica). Each parameter keeps its own step count in
-``state["step"]``, as torch.optim does, for bias correction and the random bits.
+The random bits are a function of (seed, the parameter's step, the parameter's stream id, the
+element, replica). A parameter's stream id is its index among all the optimizer's parameters at the
+first step that meets it, and stays its own from then on (saved in ``state_dict()``): so a caller
+that steps one group at a time, as DeepSpeed's ZeRO steps its partitions, still gives every
+parameter bits of its own. Each parameter keeps its own step count in ``state["step"]``, as
+torch.optim does, for bias correction and the random bits.
 
 Every ``step()`` checks each parameter, gradient and state it passes to the library (dtype, device,
 layout, contiguity, element counts, and that no two buffers overlap) before anything is written, and
@@ -385,8 +388,7 @@ def _nbytes(t):
 
 class _Halfstep(torch.optim.Optimizer):
     """Shared machinery: per step, every parameter group becomes one C call per distinct parameter
-    step count (usually one), each parameter a tensor with its own stream id (its index among all
-    the optimizer's parameters)."""
+    step count (usually one), each parameter a tensor with its own stream id (`_stream_of`)."""
 
     # (state name, the group option that makes it present or None, initial value from the group)
     _state_names = ()
@@ -405,6 +407,7 @@ class _Halfstep(torch.optim.Optimizer):
             raise ValueError(f"rounding must be 'stochastic' or 'nearest', not {rounding!r}")
         self._threads_wanted, self._threads, self._workspace = threads, None, None
         self._layouts, self._configs, self._plan = {}, {}, None
+        self._streams, self._next_stream = {}, 0
         self.weights, self.states_kind, self.rounding_name = weights, states, rounding
         self.rounding = HS_STOCHASTIC if rounding == "stochastic" else HS_NEAREST_EVEN
         self.seed, self.replica = _seed(seed), replica
@@ -506,6 +509,18 @@ class _Halfstep(torch.optim.Optimizer):
     def _where(self, p, stream):
         return f"parameter {stream} ({_describe(p)})"
 
+    def _stream_of(self, p):
+        """`p`'s stream id: the next one unused when a step first meets `p` (in plain use its index
+        among all the parameters), then its own. Where the groups a step sees change, as when
+        DeepSpeed's ZeRO sets `param_groups` to one group (or partition) at a time, each parameter
+        keeps its id, where an index in the groups of the moment gave every partition id 0, the same
+        bits."""
+        s = self._streams.get(p)
+        if s is None:
+            s = self._streams[p] = self._next_stream
+            self._next_stream += 1
+        return s
+
     # --- step -----------------------------------------------------------------------------------
 
     @_hooked
@@ -536,12 +551,11 @@ class _Halfstep(torch.optim.Optimizer):
         strided = torch.strided
         calls, counters, grad_spans, fixed, keep = [], [], [], [], []
         plan_groups, grad_slots, plannable = [], [], True
-        index = 0
         for group in self.param_groups:
             expected, states = self._layout(group)
             by_step, entries = {}, []
             for p in group["params"]:
-                stream, index = index, index + 1
+                stream = self._stream_of(p)
                 g = p.grad
                 if g is None:
                     entries.append((p, None))
@@ -704,11 +718,11 @@ class _Halfstep(torch.optim.Optimizer):
 
     def _explain_overlap(self):
         """Raises ValueError naming two buffers of this step that share memory."""
-        labelled, index = [], 0
+        labelled = []
         for group in self.param_groups:
             names = [name for name, _, _ in self._expected(group)]
             for p in group["params"]:
-                stream, index = index, index + 1
+                stream = self._stream_of(p)
                 if p.grad is None or p.numel() == 0:
                     continue
                 st = self.state[p]
@@ -756,12 +770,15 @@ class _Halfstep(torch.optim.Optimizer):
 
     def state_dict(self):
         """torch.optim's layout (`state[i]["step"]`, `"exp_avg"`, ... with compact tensors, and the
-        param groups) plus `"halfstep"`: the seed and the storage kinds. torch.optim's optimizers load
-        it (they ignore the trails of split weights), and this one loads theirs."""
+        param groups) plus `"halfstep"`: the seed, the storage kinds and the parameters' stream ids
+        (in the param groups' order, None where no step has met the parameter). torch.optim's
+        optimizers load it (they ignore the trails of split weights), and this one loads theirs."""
         sd = super().state_dict()
         sd["state"] = {i: {k: (v.clone() if isinstance(v, torch.Tensor) and k != "step" else v)
                            for k, v in st.items()} for i, st in sd["state"].items()}
-        sd["halfstep"] = {"seed": self.seed, "weights": self.weights, "states": self.states_kind}
+        streams = [self._streams.get(p) for g in self.param_groups for p in g["params"]]
+        sd["halfstep"] = {"seed": self.seed, "weights": self.weights, "states": self.states_kind,
+                          "streams": streams, "next_stream": self._next_stream}
         return sd
 
     def load_state_dict(self, state_dict):
@@ -776,6 +793,14 @@ class _Halfstep(torch.optim.Optimizer):
                              f"states={self.states_kind!r}")
         for group in state_dict["param_groups"]:
             self._check_group({**self.defaults, **{k: v for k, v in group.items() if k != "params"}})
+        streams, next_stream = hs.get("streams"), hs.get("next_stream", 0)
+        count = sum(len(g["params"]) for g in state_dict["param_groups"])
+        if streams is not None:
+            ids = [s for s in streams if s is not None]
+            if type(next_stream) is not int or len(streams) != count or len(set(ids)) != len(ids) \
+                    or not all(type(s) is int and 0 <= s < next_stream for s in ids):
+                raise ValueError(f"{self._name()}: the state_dict's stream ids are not one distinct id below "
+                                 f"next_stream per parameter: {streams!r}, next_stream {next_stream!r}")
         saved = state_dict["state"]
         super().load_state_dict(state_dict)
         # torch casts floating state to the parameter's dtype on load; ours keeps its own dtypes
@@ -802,11 +827,18 @@ class _Halfstep(torch.optim.Optimizer):
                 restored["step"] = torch.tensor(float(hs.get("steps_taken", 1)), dtype=torch.float32)
             self.state[p] = restored
         self.seed = _seed(hs.get("seed", self.seed))
+        # The saved ids; from a state_dict without them (torch.optim's, or an older halfstep's), the
+        # next step gives each parameter its index, as those did.
+        self._streams, self._next_stream = {}, 0
+        if streams is not None:
+            order = [p for g in self.param_groups for p in g["params"]]
+            self._streams = {p: s for p, s in zip(order, streams) if s is not None}
+            self._next_stream = next_stream
 
     def __getstate__(self):
         s = super().__getstate__()
         for k in ("weights", "states_kind", "rounding_name", "rounding", "seed", "replica", "_replica_word",
-                  "_threads_wanted"):
+                  "_threads_wanted", "_streams", "_next_stream"):
             s[k] = getattr(self, k)
         return s
 
@@ -815,6 +847,8 @@ class _Halfstep(torch.optim.Optimizer):
         # The C handles are per object: a copy makes its own on first use.
         self._threads, self._workspace = None, None
         self._layouts, self._configs, self._plan = {}, {}, None
+        if "_streams" not in state:  # pickled before stream ids were kept: indices, as then
+            self._streams, self._next_stream = {}, 0
         library()
 
     def __del__(self):

@@ -189,6 +189,71 @@ class StateDict(unittest.TestCase):
                 self.assertTrue(any(t.abs().sum() > 0 for t in trails), "trails never written")
 
 
+class StreamIds(unittest.TestCase):
+    """Each parameter's random bits come from its own stream id, whatever groups a step sees."""
+
+    KW = dict(lr=1e-2, weights="fp32", states="bf16", seed=7)  # bf16-SR states: the bits show
+
+    @staticmethod
+    def step_groups_one_at_a_time(opt, order):
+        """One step the way DeepSpeed's ZeRO steps its partitions: `param_groups` set to one group
+        at a time."""
+        groups = opt.param_groups
+        for i in order:
+            opt.param_groups = [groups[i]]
+            opt.step()
+        opt.param_groups = groups
+
+    def train_steps(self, model, opt, steps, x, y, order=None):
+        for _ in range(steps):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            if order is None:
+                opt.step()
+            else:
+                self.step_groups_one_at_a_time(opt, order)
+
+    def assert_same_bits(self, a, b, opt_a, opt_b, what):
+        for pa, pb in zip(a.parameters(), b.parameters()):
+            self.assertTrue(torch.equal(pa, pb), f"{what}: weights")
+            for k in ("exp_avg", "exp_avg_sq"):
+                self.assertTrue(torch.equal(opt_a.state[pa][k].view(torch.int16), opt_b.state[pb][k].view(torch.int16)),
+                                f"{what}: {k}")
+
+    @staticmethod
+    def two_groups(model):
+        layers = [m for m in model if isinstance(m, torch.nn.Linear)]
+        return [{"params": list(layers[0].parameters())}, {"params": list(layers[1].parameters())}]
+
+    def test_groups_stepped_one_at_a_time_give_the_bits_of_one_step(self):
+        x, y = data(5)
+        a, b = mlp(6), mlp(6)
+        opt_a = halfstep.AdamW(self.two_groups(a), **self.KW)
+        opt_b = halfstep.AdamW(self.two_groups(b), **self.KW)
+        self.train_steps(a, opt_a, 4, x, y)
+        self.train_steps(b, opt_b, 4, x, y, order=[0, 1])
+        self.assert_same_bits(a, b, opt_a, opt_b, "groups one at a time")
+
+    def test_stream_ids_travel_with_state_dict_and_copies(self):
+        x, y = data(6)
+        a = mlp(7)
+        opt = halfstep.AdamW(self.two_groups(a), **self.KW)
+        # The second group stepped first: its parameters take ids 0 and 1, the first group's 2 and 3.
+        self.train_steps(a, opt, 2, x, y, order=[1, 0])
+        saved_model = {k: v.clone() for k, v in a.state_dict().items()}
+        saved_opt = copy.deepcopy(opt.state_dict())
+        a_copy, opt_copy = copy.deepcopy((a, opt))
+        self.train_steps(a, opt, 3, x, y)
+        b = mlp(8)
+        b.load_state_dict(saved_model)
+        opt_b = halfstep.AdamW(self.two_groups(b), **self.KW)
+        opt_b.load_state_dict(saved_opt)
+        self.train_steps(b, opt_b, 3, x, y)
+        self.assert_same_bits(a, b, opt, opt_b, "resumed from state_dict()")
+        self.train_steps(a_copy, opt_copy, 3, x, y)
+        self.assert_same_bits(a, a_copy, opt, opt_copy, "deepcopy")
+
+
 class StateLayout(unittest.TestCase):
     def test_states_start_at_their_slot_in_a_page(self):
         # halfstep._state_like: each state of a parameter starts its own multiple of 768 bytes past

@@ -1,7 +1,8 @@
 """halfstep as DeepSpeed's CPU optimizer under ZeRO stage 2 with the optimizer offloaded, on
 DeepSpeed's CPU accelerator (gloo): DeepSpeed hands halfstep.AdamW its fp32 partitions and steps
-them through `engine.step()`, and a run resumed from DeepSpeed's checkpoint continues bit for bit.
-Skipped where DeepSpeed is not installed (CI installs it).
+them through `engine.step()`, each partition with random bits of its own, and a run resumed from
+DeepSpeed's checkpoint continues bit for bit. Skipped where DeepSpeed is not installed (CI
+installs it).
 """
 
 import importlib.util
@@ -24,7 +25,12 @@ SCRIPT = textwrap.dedent("""
     import halfstep
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8))
-    opt = halfstep.AdamW(model.parameters(), lr=1e-2, states=states, seed=int(seed))
+    # Two groups, as DeepSpeed users make them (weights decayed, biases not): ZeRO steps each
+    # group's partition with `param_groups` set to that group alone.
+    decayed = [p for p in model.parameters() if p.dim() > 1]
+    kept = [p for p in model.parameters() if p.dim() <= 1]
+    opt = halfstep.AdamW([{"params": decayed, "weight_decay": 0.01}, {"params": kept, "weight_decay": 0.0}],
+                         lr=1e-2, states=states, seed=int(seed))
     config = {"train_micro_batch_size_per_gpu": 16, "bf16": {"enabled": True},
               "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
               "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
@@ -56,6 +62,7 @@ SCRIPT = textwrap.dedent("""
     steps = sorted({int(st["step"]) for st in inner.state.values()})
     print("RESULT " + json.dumps({"optimizer": type(inner).__module__ + "." + type(inner).__name__,
                                   "losses": losses, "steps": steps, "seed": inner.seed,
+                                  "streams": sorted(inner._streams.values()),
                                   "digest": digest.hexdigest(),
                                   "params": [str(p.dtype) for g in inner.param_groups for p in g["params"]]}))
 """)
@@ -80,9 +87,12 @@ class ZeroOffload(unittest.TestCase):
             with tempfile.TemporaryDirectory() as checkpoints:
                 r = self.run_script(states, str(port), "run", checkpoints, 1)
                 self.assertEqual(r["optimizer"], "halfstep.AdamW")
-                # DeepSpeed steps fp32 master partitions; every one of them took all 20 steps.
-                self.assertEqual(set(r["params"]), {"torch.float32"})
+                # DeepSpeed steps fp32 master partitions, one per group; every one of them took all 20
+                # steps, with a stream id of its own (the same id for both would round both with the
+                # same bits).
+                self.assertEqual(r["params"], ["torch.float32"] * 2)
                 self.assertEqual(r["steps"], [20])
+                self.assertEqual(r["streams"], [0, 1])
                 self.assertLess(r["losses"][-1], 0.1 * r["losses"][0], f"{states}: {r['losses']}")
                 # Resumed from the 10th step's checkpoint by an optimizer built with another seed: the
                 # checkpoint brings back the seed and the steps, and steps 11 to 20 give the same
@@ -90,6 +100,7 @@ class ZeroOffload(unittest.TestCase):
                 q = self.run_script(states, str(port + 10), "resume", checkpoints, 2)
                 self.assertEqual(q["seed"], 1)
                 self.assertEqual(q["steps"], [20])
+                self.assertEqual(q["streams"], [0, 1])
                 self.assertEqual(q["losses"], r["losses"][10:], states)
                 self.assertEqual(q["digest"], r["digest"], states)
 
