@@ -843,9 +843,13 @@ class _Halfstep(torch.optim.Optimizer):
         return s
 
     def __setstate__(self, state):
+        # The C handles are per object: a copy (pickle, deepcopy) makes its own on first use, while
+        # torch's `load_state_dict`, which calls this on the live optimizer, leaves it its own (set to
+        # None, they were never freed).
+        live = "_threads" in self.__dict__
         super().__setstate__(state)
-        # The C handles are per object: a copy makes its own on first use.
-        self._threads, self._workspace = None, None
+        if not live:
+            self._threads, self._workspace = None, None
         self._layouts, self._configs, self._plan = {}, {}, None
         if "_streams" not in state:  # pickled before stream ids were kept: indices, as then
             self._streams, self._next_stream = {}, 0

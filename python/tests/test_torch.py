@@ -188,6 +188,25 @@ class StateDict(unittest.TestCase):
                 trails = [opt.state[p]["trail"] for p in a.parameters()]
                 self.assertTrue(any(t.abs().sum() > 0 for t in trails), "trails never written")
 
+    def test_load_state_dict_keeps_the_optimizers_handles(self):
+        # torch's load_state_dict runs __setstate__ on the live optimizer: its thread handle and
+        # LAMB's workspace stay (dropped, they were never freed).
+        x, y = data(4)
+        a = mlp(9)
+        opt = halfstep.LAMB(a.parameters(), lr=1e-3, threads=2)
+        train(a, opt, 1, x, y)
+        handles = (opt._threads, opt._workspace)
+        self.assertTrue(all(handles))
+        opt.load_state_dict(copy.deepcopy(opt.state_dict()))
+        train(a, opt, 1, x, y)
+        self.assertEqual((opt._threads, opt._workspace), handles)
+        # A copy makes its own.
+        b, opt_b = copy.deepcopy((a, opt))
+        train(b, opt_b, 1, x, y)
+        self.assertTrue(opt_b._threads and opt_b._workspace)
+        self.assertNotEqual(opt_b._threads, handles[0])
+        self.assertNotEqual(opt_b._workspace, handles[1])
+
 
 class StreamIds(unittest.TestCase):
     """Each parameter's random bits come from its own stream id, whatever groups a step sees."""
