@@ -272,6 +272,21 @@ class StreamIds(unittest.TestCase):
         self.train_steps(a_copy, opt_copy, 3, x, y)
         self.assert_same_bits(a, a_copy, opt, opt_copy, "deepcopy")
 
+    def test_state_dict_with_unusable_stream_ids_is_refused(self):
+        x, y = data(7)
+        a = mlp(10)
+        opt = halfstep.AdamW(self.two_groups(a), **self.KW)
+        self.train_steps(a, opt, 1, x, y)
+        saved = opt.state_dict()
+        self.assertEqual(saved["halfstep"]["streams"], [0, 1, 2, 3])
+        for streams, next_stream in [([0, 1, 1, 3], 4), ([0, 1, 2, 4], 4), ([0, 1, 2], 4), ([0, 1, 2, -1], 4),
+                                     ([0, 1, 2, 3.0], 4), ([0, 1, 2, 3], "4")]:
+            bad = copy.deepcopy(saved)
+            bad["halfstep"]["streams"], bad["halfstep"]["next_stream"] = streams, next_stream
+            fresh = halfstep.AdamW(self.two_groups(mlp(10)), **self.KW)
+            with self.assertRaisesRegex(ValueError, "stream ids"):
+                fresh.load_state_dict(bad)
+
 
 class StateLayout(unittest.TestCase):
     def test_states_start_at_their_slot_in_a_page(self):
