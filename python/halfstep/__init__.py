@@ -831,8 +831,7 @@ class _Halfstep(torch.optim.Optimizer):
         # next step gives each parameter its index, as those did.
         self._streams, self._next_stream = {}, 0
         if streams is not None:
-            order = [p for g in self.param_groups for p in g["params"]]
-            self._streams = {p: s for p, s in zip(order, streams) if s is not None}
+            self._streams = {params[i]: s for i, s in enumerate(streams) if s is not None}
             self._next_stream = next_stream
 
     def __getstate__(self):

@@ -41,13 +41,14 @@ def mlp(seed=0, dtype=torch.float32):
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)).to(dtype)
 
 
-def train(model, opt, steps, x, y):
+def train(model, opt, steps, x, y, step=None):
+    """`steps` steps of `opt` (or of `step()`, a caller's way of stepping it); the losses."""
     losses = []
     for _ in range(steps):
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x.to(next(model.parameters()).dtype)).float(), y)
         loss.backward()
-        opt.step()
+        (step or opt.step)()
         losses.append(loss.item())
     return losses
 
@@ -224,13 +225,7 @@ class StreamIds(unittest.TestCase):
         opt.param_groups = groups
 
     def train_steps(self, model, opt, steps, x, y, order=None):
-        for _ in range(steps):
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            if order is None:
-                opt.step()
-            else:
-                self.step_groups_one_at_a_time(opt, order)
+        train(model, opt, steps, x, y, None if order is None else lambda: self.step_groups_one_at_a_time(opt, order))
 
     def assert_same_bits(self, a, b, opt_a, opt_b, what):
         for pa, pb in zip(a.parameters(), b.parameters()):
