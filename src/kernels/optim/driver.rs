@@ -58,7 +58,9 @@ pub(super) trait ElementOp<V: Simd> {
     /// AES rounds' pipes idle: every layout (AVX2 on an Emerald Rapids CPU, bf16-SR states 0.90x
     /// the time at 64K). Adam and LAMB: their bf16-SR weights (one buffer, 0.94-0.97x), not
     /// their bf16-SR moments (two, whose bits their loops, holding more values, made slower:
-    /// 1.03-1.19x; docs/DESIGN.md). Where the CPU gains by it ([`crate::cpu::bits_in_loop`]: on
+    /// 1.03-1.19x; docs/DESIGN.md); counted by `Driver::STREAMS_FILLED`, so that Adam's moments
+    /// beside f32 weights, which take one stream's bits, make them in its loop (0.96-0.97x at 64K).
+    /// Where the CPU gains by it ([`crate::cpu::bits_in_loop`]: on
     /// Intel's, not on AMD's Zen 3, where the fill took these layouts 0.81-0.94x the time).
     const BITS_IN_LOOP_UP_TO: usize = 0;
     /// Whether `apply` treats each lane alone, whatever element it holds: the driver may then
@@ -1053,11 +1055,16 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     /// do not overlap); the overlapping chunk loop does not.
     const FILLS_AHEAD: bool = IN_LOOP && Self::MAY_FILL_AHEAD;
 
+    /// How many streams' blocks the stochastic stores need made: one per store that can round
+    /// stochastically, but where the second moment reads the first moment's words in the loop
+    /// ([`Self::SHARES_FIRST_BITS`]), one for the two.
+    const STREAMS_FILLED: usize = Self::STORES_DRAWING - Self::SHARES_FIRST_BITS as usize;
+
     /// Whether the layout and op let the loop make the bits as it goes ([`Self::FILLS_AHEAD`]
     /// where `IN_LOOP`).
     const MAY_FILL_AHEAD: bool = V::RNG_BLOCK
         && Self::STORES_MAY_DRAW
-        && Self::STORES_DRAWING <= O::BITS_IN_LOOP_UP_TO
+        && Self::STREAMS_FILLED <= O::BITS_IN_LOOP_UP_TO
         && L::MAY_DRAW_BITS
         && ((L::W::GROUPED || Self::PAIRED_DRAWS) && (V::STORE_GROUP == 2 || V::STORE_GROUP == 4)
             || !V::OVERLAP_CHUNKS);
