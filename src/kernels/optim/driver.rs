@@ -1055,9 +1055,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     /// do not overlap); the overlapping chunk loop does not.
     const FILLS_AHEAD: bool = IN_LOOP && Self::MAY_FILL_AHEAD;
 
-    /// How many streams' blocks the stochastic stores need made: one per store that can round
-    /// stochastically, but where the second moment reads the first moment's words in the loop
-    /// ([`Self::SHARES_FIRST_BITS`]), one for the two.
+    /// How many streams' bits the loop would make, as [`ElementOp::BITS_IN_LOOP_UP_TO`] counts
+    /// them: one per store that can round stochastically, but one for both moments where the
+    /// second reads the first moment's words in the loop ([`Self::SHARES_FIRST_BITS`]). Moments
+    /// that share even/odd blocks count two: made in the loop, with the grouped loop's values,
+    /// AdamW's split weights with bf16-SR states took 1.07x the fill's time (docs/DESIGN.md).
     const STREAMS_FILLED: usize = Self::STORES_DRAWING - Self::SHARES_FIRST_BITS as usize;
 
     /// Whether the layout and op let the loop make the bits as it goes ([`Self::FILLS_AHEAD`]
