@@ -59,9 +59,9 @@ pub(super) trait ElementOp<V: Simd> {
     /// the time at 64K). Adam and LAMB: their bf16-SR weights (one buffer, 0.94-0.97x), not
     /// their bf16-SR moments (two, whose bits their loops, holding more values, made slower:
     /// 1.03-1.19x; docs/DESIGN.md); counted by `Driver::STREAMS_FILLED`, so that Adam's moments
-    /// beside f32 weights, which take one stream's bits, make them in its loop (0.96-0.97x at 64K).
-    /// Where the CPU gains by it ([`crate::cpu::bits_in_loop`]: on
-    /// Intel's, not on AMD's Zen 3, where the fill took these layouts 0.81-0.94x the time).
+    /// beside f32 weights, which take one stream's bits, make them in its loop (0.96-0.97x at
+    /// 64K). Where the CPU gains by it ([`crate::cpu::bits_in_loop`]: on Intel's, not on AMD's
+    /// Zen 3, where the fill took these layouts 0.81-0.94x the time).
     const BITS_IN_LOOP_UP_TO: usize = 0;
     /// Whether `apply` treats each lane alone, whatever element it holds: the driver may then
     /// hand it a pair of chunks in even/odd order (`Driver::EVEN_ODD`). Not LAMB's first pass,
