@@ -1,13 +1,16 @@
-//! Times the f32 conversions that round: bf16 nearest-even and stochastic, f16 and fp8 (E4M3)
+//! Times the f32 conversions that round: bf16 and f16 nearest-even and stochastic, fp8 (E4M3)
 //! stochastic, and the random bits alone (`fill_element_bits`, 16 per element), in ns per element,
-//! each the fastest of `reps` calls (default 200), the five interleaved call by call so that all
+//! each the fastest of `reps` calls (default 200), the six interleaved call by call so that all
 //! see the same machine state. The ratios of one run are
 //! what to read on a noisy host: stochastic over nearest-even, and one build over another.
 //!
 //! Every buffer starts 64-byte aligned, as PyTorch's tensors do: a `Vec` from the heap starts 16
 //! bytes past a line, where each 64-byte access of AVX-512 touches two lines.
 //!
-//! `cargo run --release --example convert_timer -- <elements> [reps]`
+//! The input is `amplitude * sin(0.37 i)`, amplitude 3 unless given: 1e-5 puts every value in
+//! f16's subnormal range, where its stochastic rounding takes the integer rule.
+//!
+//! `cargo run --release --example convert_timer -- <elements> [reps] [amplitude]`
 //! (`HALFSTEP_BACKEND` picks the backend, `HALFSTEP_VAES=off` AVX2's 128-bit rounds).
 
 use halfstep::convert::fill_element_bits;
@@ -17,14 +20,15 @@ use halfstep::{Purpose, Rounding, StepContext, TensorStream, bf16, f16};
 use std::time::Instant;
 
 fn main() {
-    let usage = "usage: convert_timer <elements> [reps]";
+    let usage = "usage: convert_timer <elements> [reps] [amplitude]";
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().expect(usage).parse().expect(usage);
     let reps: usize = args.next().map_or(200, |s| s.parse().expect(usage));
+    let amplitude: f32 = args.next().map_or(3.0, |s| s.parse().expect(usage));
     let mut src_buf = Aligned::new(0f32, n);
     let src = src_buf.slice();
     for (i, x) in src.iter_mut().enumerate() {
-        *x = (i as f32 * 0.37).sin() * 3.0;
+        *x = (i as f32 * 0.37).sin() * amplitude;
     }
     let src = &*src;
     let (mut b16, mut h16) = (Aligned::new(bf16::ZERO, n), Aligned::new(f16::ZERO, n));
@@ -32,7 +36,7 @@ fn main() {
     let (b16, h16, q8, bits) = (b16.slice(), h16.slice(), q8.slice(), bits.slice());
     let ctx = StepContext::new(1, 1);
     let stream = TensorStream::new(3);
-    let mut best = [f64::MAX; 5];
+    let mut best = [f64::MAX; 6];
     for _ in 0..reps {
         for (k, t) in best.iter_mut().enumerate() {
             let start = Instant::now();
@@ -40,7 +44,8 @@ fn main() {
                 0 => f32_to_bf16(src, b16, Rounding::NearestEven, &ctx, &stream),
                 1 => f32_to_bf16(src, b16, Rounding::Stochastic, &ctx, &stream),
                 2 => f32_to_f16(src, h16, Rounding::Stochastic, &ctx, &stream),
-                4 => fill_element_bits(&ctx, &stream, Purpose::Weights, bits),
+                3 => f32_to_f16(src, h16, Rounding::NearestEven, &ctx, &stream),
+                5 => fill_element_bits(&ctx, &stream, Purpose::Weights, bits),
                 _ => f32_to_fp8(src, q8, Fp8::E4M3, Rounding::Stochastic, &ctx, &stream),
             }
             .expect("the buffers match");
@@ -50,13 +55,16 @@ fn main() {
     let ns = |t: f64| t * 1e9 / n as f64;
     println!("elements {n}, fastest of {reps} calls, ns per element:");
     println!(
-        "bf16 nearest {:.4}  bf16 SR {:.4}  f16 SR {:.4}  e4m3 SR {:.4}  bf16 SR / nearest {:.2}  bits {:.4}",
+        "bf16 nearest {:.4}  bf16 SR {:.4}  f16 nearest {:.4}  f16 SR {:.4}  e4m3 SR {:.4}  \
+         bf16 SR / nearest {:.2}  f16 SR / nearest {:.2}  bits {:.4}",
         ns(best[0]),
         ns(best[1]),
-        ns(best[2]),
         ns(best[3]),
+        ns(best[2]),
+        ns(best[4]),
         best[1] / best[0],
-        ns(best[4])
+        best[2] / best[3],
+        ns(best[5])
     );
 }
 

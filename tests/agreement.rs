@@ -350,6 +350,91 @@ fn every_f32_bf16_and_f16_pattern_class_agrees_on_dense_sweeps() {
     }
 }
 
+/// f16 stochastic rounding where a backend's path changes: the edges of the range a vector
+/// rounds by an addition and the hardware converter (2^-40, 2^-14, 65504, infinity) and of f32's
+/// subnormals, each pattern placed alone among ordinary values (so its chunk takes whichever path
+/// the pattern decides) at the element indices whose random bits are extreme: lowest, highest
+/// (a carry across the kept bits from one ulp below it) and a few between.
+#[test]
+fn f16_stochastic_rounding_agrees_at_the_edges_of_each_path_with_extreme_random_bits() {
+    let ctx = StepContext::new(13, 2);
+    let stream = TensorStream {
+        id: 17,
+        index_base: 0,
+    };
+    let mut bits = vec![0u16; 1 << 18];
+    reference()
+        .fill_element_bits(&ctx, &stream, Purpose::Weights, &mut bits)
+        .unwrap();
+    let pick = |want: &dyn Fn(u16) -> bool| -> Vec<usize> {
+        (0..bits.len()).filter(|&i| want(bits[i])).take(6).collect()
+    };
+    let (highest, high) = (pick(&|r| r == 0xFFFF), pick(&|r| r >= 0xFFF8));
+    assert!(!highest.is_empty() && high.len() > 1);
+    let mut at = [highest, high.clone(), pick(&|r| r < 8)].concat();
+    at.extend(pick(&|r| r == 0x8000 || r == 0x7FFF));
+    let edges = [
+        0,
+        1,
+        0x007F_FFFF,
+        0x0080_0000, // f32 subnormals
+        0x2B7F_FFFF,
+        0x2B80_0000,
+        0x2B80_0001,
+        0x2BFF_FFFF,
+        0x2C00_0000, // 2^-40
+        0x387F_FFFF,
+        0x3880_0000,
+        0x3880_0001,
+        0x3880_1FFF, // 2^-14
+        0x477F_DFFF,
+        0x477F_E000,
+        0x477F_E001,
+        0x477F_FFFF,
+        0x4780_0000, // 65504, 2^16
+        0x7F7F_FFFF,
+        0x7F80_0000,
+        0x7F80_0001,
+        0x7FBF_FFFF,
+        0x7FC0_0000,
+        0x7FFF_FFFF,
+    ];
+    let run = |e: &Engine, p: u32, i: usize| {
+        // A window of 48 from the chunk boundary below `i` (a multiple of 16 on every backend).
+        let from = i & !15;
+        let mut src = vec![1.5f32; 48];
+        src[i - from] = f32::from_bits(p);
+        let mut h = vec![f16::ZERO; 48];
+        let window = TensorStream {
+            index_base: from as u64,
+            ..stream
+        };
+        e.f32_to_f16(&src, &mut h, Rounding::Stochastic, &ctx, &window)
+            .unwrap();
+        bits16(&h, f16::to_bits)
+    };
+    // The bits are those of the conversion: one ulp above 65504 carries to infinity at the top.
+    assert_eq!(
+        run(&reference(), 0x477F_E001, high[0])[high[0] & 15],
+        0x7C00
+    );
+    for e in backends() {
+        for &m in &edges {
+            for p in [m, m | 0x8000_0000] {
+                for &i in &at {
+                    assert_eq!(
+                        run(&e, p, i),
+                        run(&reference(), p, i),
+                        "{:?} f16 stochastic of {p:#010x} with bits {:#06x}",
+                        e.backend(),
+                        bits[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// `src[i]` = the f32 with bit pattern `start + i` (the 2^32 sweeps' chunks).
 fn patterns_from(start: u64, src: &mut [f32]) {
     for (i, x) in src.iter_mut().enumerate() {

@@ -211,13 +211,22 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn f32_to_u32_trunc(a: Self::F) -> Self::U;
 
     // ---- f16 in hardware
-    /// f32 → f16 bits (low half of each lane) by an exact hardware converter, nearest-even or
+    /// Whether the ISA has an exact hardware f32 → f16 converter ([`Simd::store_f16_hw`]); the
+    /// kernels run the integer rule where it has none.
+    const F16_HW: bool = false;
+    /// f32 → f16 bits (low half of each lane) by the hardware converter, nearest-even or
     /// `toward_zero`, NaNs quieted with their sign and top payload bits kept: SPEC.md §4.3's f16
-    /// rule for those two roundings, bit for bit, whatever MXCSR/FPCR says. `None` where the ISA
-    /// has no such converter; the kernels then run the integer rule.
+    /// rule for those two roundings, bit for bit, whatever MXCSR/FPCR says. Only where
+    /// [`Simd::F16_HW`].
     #[inline(always)]
-    unsafe fn f32_to_f16_hw(_x: Self::F, _toward_zero: bool) -> Option<Self::U> {
-        None
+    unsafe fn f32_to_f16_hw(_x: Self::F, _toward_zero: bool) -> Self::U {
+        unreachable!("no f16 converter: Simd::F16_HW is false")
+    }
+    /// [`Simd::f32_to_f16_hw`] stored as `LANES` u16 at `p` by the converter itself, where the
+    /// lanes and [`Simd::store_u16`] take a widening and a narrowing more.
+    #[inline(always)]
+    unsafe fn store_f16_hw(_p: *mut u16, _x: Self::F, _toward_zero: bool) {
+        unreachable!("no f16 converter: Simd::F16_HW is false")
     }
 
     // ---- cache hints

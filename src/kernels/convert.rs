@@ -4,7 +4,7 @@
 //! zeroed stack buffers and runs the same per-chunk function.
 
 use super::Simd;
-use super::round::{from_f16, to_bf16, to_bf16_high, to_f16};
+use super::round::{from_f16, store_f16, to_bf16, to_bf16_high};
 use super::{
     BitsBlock, Chunk, ChunkBody, RoundingBits, Stage, conversion_full_run, run_chunks,
     run_conversion, stage_in, stage_out,
@@ -48,7 +48,7 @@ impl<V: Simd> NarrowK<V> {
                     V::store_u16_high(d, to_bf16_high::<V>(b, self.rounding, r))
                 }
                 Narrow::Bf16 => V::store_u16(d, to_bf16::<V>(b, self.rounding, r)),
-                Narrow::F16 => V::store_u16(d, to_f16::<V>(b, self.rounding, r)),
+                Narrow::F16 => store_f16::<V>(d, b, self.rounding, r),
             }
         }
     }

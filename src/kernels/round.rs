@@ -146,12 +146,11 @@ pub(crate) unsafe fn to_f16<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V:
         let s = V::splat_u;
         let sign = V::and_u(V::shr::<16>(b), s(0x8000));
         let a = V::and_u(b, s(0x7FFF_FFFF));
-        let hw = match rounding {
-            Rounding::Stochastic => to_f16_stochastic_hw::<V>(b, a, sign, r),
-            _ => V::f32_to_f16_hw(V::from_bits(b), rounding == Rounding::TowardZero),
-        };
-        if let Some(h) = hw {
-            return h;
+        if V::F16_HW {
+            return match rounding {
+                Rounding::Stochastic => to_f16_stochastic_hw::<V>(b, a, sign, r),
+                _ => V::f32_to_f16_hw(V::from_bits(b), rounding == Rounding::TowardZero),
+            };
         }
         // 2^16: code 0x7C00, above every finite f16.
         let mag = round_magnitude::<V, 10>(a, F16_EMIN, 0x4780_0000, rounding, r);
@@ -171,27 +170,66 @@ pub(crate) unsafe fn to_f16<V: Simd>(b: V::U, rounding: Rounding, r: V::U) -> V:
     }
 }
 
-/// f32 bits -> f16 bits, stochastic (SPEC.md §4.3), through the hardware converter; `None` where
-/// the ISA has none. In f16's normal range (`a >= 2^-14`) the rule's shift is 13, so
-/// `(rem << 3) + r16 >= 2^16` exactly when `rem + (r16 >> 3) >= 2^13` (2^16 is a multiple of 8):
-/// adding `r16 >> 3` to the f32 pattern carries into the kept bits (and on into the exponent)
-/// exactly when the rule rounds up. With the 13 low bits then cleared, the value is one f16
-/// holds, which nearest-even conversion keeps, or at least 2^16, which it takes to ±Inf as the
-/// rule's clamp does (±Inf itself: the addition stays under bit 13). NaN lanes go to the
-/// converter as they are (it quiets them as the rule does); lanes under 2^-14 take the integer
-/// rule of [`round_magnitude`]'s subnormal range. About half the vector instructions of the
-/// integer rule in all ranges (`to_f16`'s fallback). `a` is `b`'s magnitude, `sign` its f16 sign.
+/// f32 bits -> f16 bits, stochastic (SPEC.md §4.3), through the hardware converter. In f16's
+/// normal range (`a >= 2^-14`) the rule's shift is 13, so `(rem << 3) + r16 >= 2^16` exactly
+/// when `rem + (r16 >> 3) >= 2^13` (2^16 is a multiple of 8): adding `r16 >> 3` to the f32
+/// pattern carries into the kept bits (and on into the exponent) exactly when the rule rounds
+/// up. With the 13 low bits then cleared, the value is one f16 holds, which nearest-even
+/// conversion keeps, or at least 2^16, which it takes to ±Inf as the rule's clamp does (±Inf
+/// itself: the addition stays under bit 13). NaN lanes go to the converter as they are (it
+/// quiets them as the rule does); lanes under 2^-14 take the integer rule of
+/// [`round_magnitude`]'s subnormal range. About half the vector instructions of the integer
+/// rule in all ranges. `a` is `b`'s magnitude, `sign` its f16 sign.
 #[inline(always)]
-unsafe fn to_f16_stochastic_hw<V: Simd>(b: V::U, a: V::U, sign: V::U, r: V::U) -> Option<V::U> {
+unsafe fn to_f16_stochastic_hw<V: Simd>(b: V::U, a: V::U, sign: V::U, r: V::U) -> V::U {
     unsafe {
         let s = V::splat_u;
         let kept = V::and_u(V::add_u(b, V::shr::<3>(r)), s(0xFFFF_E000));
-        let normal =
-            V::f32_to_f16_hw(V::from_bits(V::select_u(V::is_nan_bits(b), b, kept)), false)?;
+        let normal = V::f32_to_f16_hw(V::from_bits(V::select_u(V::is_nan_bits(b), b, kept)), false);
         let tiny = V::gt_i32(s(((F16_EMIN + 127) as u32) << 23), a);
         let fixed = fixed16_below_emin::<V, 10>(a, F16_EMIN);
         let sub = V::or_u(sign, V::shr::<16>(V::add_u(fixed, r)));
-        Some(V::select_u(tiny, sub, normal))
+        V::select_u(tiny, sub, normal)
+    }
+}
+
+/// [`to_f16`] of `b` stored as `LANES` u16 at `p`. Where the backend has a converter
+/// ([`Simd::F16_HW`]), nearest-even and toward zero are the converter's store. So is stochastic
+/// rounding where no lane of the chunk is one [`f16_stochastic_needs_rule`] names (nearly every
+/// chunk of real data): `b + (r16 >> 3)` converted toward zero is the rule's result from 2^-14
+/// up to 65504 ([`to_f16_stochastic_hw`]: the same carry, the same 13 bits dropped; the sum
+/// stays below 2^16, where the rule's overflow to infinity begins) and below 2^-40 (`a * 2^40
+/// < 1`: `fixed16_below_emin` is 0, and the rule gives ±0). A test and a branch in place of the
+/// NaN and subnormal lanes [`to_f16`] computes and selects, and no widening of the converter's
+/// result and narrowing for the store; a chunk with such a lane takes [`to_f16`] after the test.
+#[inline(always)]
+pub(crate) unsafe fn store_f16<V: Simd>(p: *mut u16, b: V::U, rounding: Rounding, r: V::U) {
+    unsafe {
+        if V::F16_HW {
+            match rounding {
+                Rounding::Stochastic => {
+                    let a = V::and_u(b, V::splat_u(0x7FFF_FFFF));
+                    if !V::any(f16_stochastic_needs_rule::<V>(a)) {
+                        let sum = V::add_u(b, V::shr::<3>(r));
+                        return V::store_f16_hw(p, V::from_bits(sum), true);
+                    }
+                }
+                _ => return V::store_f16_hw(p, V::from_bits(b), rounding == Rounding::TowardZero),
+            }
+        }
+        V::store_u16(p, to_f16::<V>(b, rounding, r))
+    }
+}
+
+/// The lanes [`store_f16`] leaves to [`to_f16`]: NaN, infinity and magnitudes `a` from 65504 up,
+/// and `a` in `[2^-40, 2^-14)`. `a - 2^-40`'s pattern, shifted right by 24, is below 13 exactly
+/// for `[2^-40, 2^-14)` (0x0D00_0000 patterns) and wraps far above it below 2^-40.
+#[inline(always)]
+unsafe fn f16_stochastic_needs_rule<V: Simd>(a: V::U) -> V::M {
+    unsafe {
+        let s = V::splat_u;
+        let from_2m40 = V::shr::<24>(V::sub_u(a, s(0x2B80_0000)));
+        V::mask_or(V::gt_i32(s(0x0D), from_2m40), V::gt_i32(a, s(0x477F_DFFF)))
     }
 }
 

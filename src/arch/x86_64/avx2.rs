@@ -211,8 +211,9 @@ impl Simd for Avx2 {
     unsafe fn prefetch(p: *const u8) {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
     }
+    const F16_HW: bool = true;
     #[inline(always)]
-    unsafe fn f32_to_f16_hw(x: __m256, toward_zero: bool) -> Option<__m256i> {
+    unsafe fn f32_to_f16_hw(x: __m256, toward_zero: bool) -> __m256i {
         unsafe {
             // F16C. The immediate picks the rounding (MXCSR.RC is not read); f32 subnormals round
             // to ±0 in f16 either way, so MXCSR.DAZ cannot change a result.
@@ -221,7 +222,19 @@ impl Simd for Avx2 {
             } else {
                 _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)
             };
-            Some(_mm256_cvtepu16_epi32(h))
+            _mm256_cvtepu16_epi32(h)
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_f16_hw(p: *mut u16, x: __m256, toward_zero: bool) {
+        unsafe {
+            // One `vcvtps2ph` and a store: no widening to lanes and narrowing back.
+            let h = if toward_zero {
+                _mm256_cvtps_ph::<_MM_FROUND_TO_ZERO>(x)
+            } else {
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)
+            };
+            _mm_storeu_si128(p.cast(), h);
         }
     }
     #[inline(always)]

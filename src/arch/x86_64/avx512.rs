@@ -202,8 +202,9 @@ impl Simd for Avx512 {
     unsafe fn prefetch(p: *const u8) {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
     }
+    const F16_HW: bool = true;
     #[inline(always)]
-    unsafe fn f32_to_f16_hw(x: __m512, toward_zero: bool) -> Option<__m512i> {
+    unsafe fn f32_to_f16_hw(x: __m512, toward_zero: bool) -> __m512i {
         unsafe {
             // The immediate picks the rounding (MXCSR.RC is not read); f32 subnormals round to ±0
             // in f16 either way, so MXCSR.DAZ cannot change a result.
@@ -212,7 +213,19 @@ impl Simd for Avx512 {
             } else {
                 _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x)
             };
-            Some(_mm512_cvtepu16_epi32(h))
+            _mm512_cvtepu16_epi32(h)
+        }
+    }
+    #[inline(always)]
+    unsafe fn store_f16_hw(p: *mut u16, x: __m512, toward_zero: bool) {
+        unsafe {
+            // One `vcvtps2ph` and a store: no widening to lanes and narrowing back.
+            let h = if toward_zero {
+                _mm512_cvtps_ph::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x)
+            } else {
+                _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x)
+            };
+            _mm256_storeu_si256(p.cast(), h);
         }
     }
     const CHEAP_SELECT: bool = true;
