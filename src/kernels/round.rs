@@ -222,14 +222,21 @@ pub(crate) unsafe fn store_f16<V: Simd>(p: *mut u16, b: V::U, rounding: Rounding
 }
 
 /// The lanes [`store_f16`] leaves to [`to_f16`]: NaN, infinity and magnitudes `a` from 65504 up,
-/// and `a` in `[2^-40, 2^-14)`. `a - 2^-40`'s pattern, shifted right by 24, is below 13 exactly
-/// for `[2^-40, 2^-14)` (0x0D00_0000 patterns) and wraps far above it below 2^-40.
+/// and `a` in `[2^-40, 2^-14)` (`2^(emin - 10 - 16)`: below it `a * 2^40 < 1`). `a - 2^-40`'s
+/// pattern, shifted right by 23, is the binade counted from 2^-40: below 26 exactly for
+/// `[2^-40, 2^-14)`, and far above it below 2^-40, where the subtraction wraps.
 #[inline(always)]
 unsafe fn f16_stochastic_needs_rule<V: Simd>(a: V::U) -> V::M {
+    const BINADES: i32 = 10 + 16;
+    const FROM: u32 = ((F16_EMIN - BINADES + 127) as u32) << 23;
+    const F16_MAX: u32 = 0x477F_E000; // 65504
     unsafe {
         let s = V::splat_u;
-        let from_2m40 = V::shr::<24>(V::sub_u(a, s(0x2B80_0000)));
-        V::mask_or(V::gt_i32(s(0x0D), from_2m40), V::gt_i32(a, s(0x477F_DFFF)))
+        let binade = V::shr::<23>(V::sub_u(a, s(FROM)));
+        V::mask_or(
+            V::gt_i32(s(BINADES as u32), binade),
+            V::gt_i32(a, s(F16_MAX - 1)),
+        )
     }
 }
 

@@ -214,28 +214,12 @@ impl Simd for Avx2 {
     const F16_HW: bool = true;
     #[inline(always)]
     unsafe fn f32_to_f16_hw(x: __m256, toward_zero: bool) -> __m256i {
-        unsafe {
-            // F16C. The immediate picks the rounding (MXCSR.RC is not read); f32 subnormals round
-            // to ±0 in f16 either way, so MXCSR.DAZ cannot change a result.
-            let h = if toward_zero {
-                _mm256_cvtps_ph::<_MM_FROUND_TO_ZERO>(x)
-            } else {
-                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)
-            };
-            _mm256_cvtepu16_epi32(h)
-        }
+        unsafe { _mm256_cvtepu16_epi32(f16_bits(x, toward_zero)) }
     }
     #[inline(always)]
     unsafe fn store_f16_hw(p: *mut u16, x: __m256, toward_zero: bool) {
-        unsafe {
-            // One `vcvtps2ph` and a store: no widening to lanes and narrowing back.
-            let h = if toward_zero {
-                _mm256_cvtps_ph::<_MM_FROUND_TO_ZERO>(x)
-            } else {
-                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)
-            };
-            _mm_storeu_si128(p.cast(), h);
-        }
+        // One `vcvtps2ph` and a store: no widening to lanes and narrowing back.
+        unsafe { _mm_storeu_si128(p.cast(), f16_bits(x, toward_zero)) }
     }
     #[inline(always)]
     unsafe fn to_bits(a: __m256) -> __m256i {
@@ -640,5 +624,20 @@ unsafe fn halves_shuffle() -> __m256i {
             0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, //
             0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
         )
+    }
+}
+
+/// `x` converted to f16 by `vcvtps2ph`, nearest-even or `toward_zero`: [`Simd::f32_to_f16_hw`]'s
+/// and [`Simd::store_f16_hw`]'s converter.
+#[inline(always)]
+unsafe fn f16_bits(x: __m256, toward_zero: bool) -> __m128i {
+    unsafe {
+        // F16C. The immediate picks the rounding (MXCSR.RC is not read); f32 subnormals round
+        // to ±0 in f16 either way, so MXCSR.DAZ cannot change a result.
+        if toward_zero {
+            _mm256_cvtps_ph::<_MM_FROUND_TO_ZERO>(x)
+        } else {
+            _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)
+        }
     }
 }

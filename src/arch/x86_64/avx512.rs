@@ -205,28 +205,12 @@ impl Simd for Avx512 {
     const F16_HW: bool = true;
     #[inline(always)]
     unsafe fn f32_to_f16_hw(x: __m512, toward_zero: bool) -> __m512i {
-        unsafe {
-            // The immediate picks the rounding (MXCSR.RC is not read); f32 subnormals round to ±0
-            // in f16 either way, so MXCSR.DAZ cannot change a result.
-            let h = if toward_zero {
-                _mm512_cvtps_ph::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x)
-            } else {
-                _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x)
-            };
-            _mm512_cvtepu16_epi32(h)
-        }
+        unsafe { _mm512_cvtepu16_epi32(f16_bits(x, toward_zero)) }
     }
     #[inline(always)]
     unsafe fn store_f16_hw(p: *mut u16, x: __m512, toward_zero: bool) {
-        unsafe {
-            // One `vcvtps2ph` and a store: no widening to lanes and narrowing back.
-            let h = if toward_zero {
-                _mm512_cvtps_ph::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x)
-            } else {
-                _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x)
-            };
-            _mm256_storeu_si256(p.cast(), h);
-        }
+        // One `vcvtps2ph` and a store: no widening to lanes and narrowing back.
+        unsafe { _mm256_storeu_si256(p.cast(), f16_bits(x, toward_zero)) }
     }
     const CHEAP_SELECT: bool = true;
     #[inline(always)]
@@ -617,4 +601,19 @@ unsafe fn gather_halves_by_two_shuffles(v: __m512i) -> __m512i {
         );
     }
     x
+}
+
+/// `x` converted to f16 by `vcvtps2ph`, nearest-even or `toward_zero`: [`Simd::f32_to_f16_hw`]'s
+/// and [`Simd::store_f16_hw`]'s converter.
+#[inline(always)]
+unsafe fn f16_bits(x: __m512, toward_zero: bool) -> __m256i {
+    unsafe {
+        // The immediate picks the rounding (MXCSR.RC is not read); f32 subnormals round to ±0
+        // in f16 either way, so MXCSR.DAZ cannot change a result.
+        if toward_zero {
+            _mm512_cvtps_ph::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x)
+        } else {
+            _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x)
+        }
+    }
 }
