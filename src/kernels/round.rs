@@ -229,7 +229,7 @@ pub(crate) unsafe fn store_f16<V: Simd>(p: *mut u16, b: V::U, rounding: Rounding
 unsafe fn f16_stochastic_needs_rule<V: Simd>(a: V::U) -> V::M {
     const BINADES: i32 = 10 + 16;
     const FROM: u32 = ((F16_EMIN - BINADES + 127) as u32) << 23;
-    const F16_MAX: u32 = 0x477F_E000; // 65504
+    const F16_MAX: u32 = 65504.0f32.to_bits();
     unsafe {
         let s = V::splat_u;
         let binade = V::shr::<23>(V::sub_u(a, s(FROM)));
