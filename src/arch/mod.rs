@@ -258,6 +258,12 @@ pub(crate) trait Simd: Copy + 'static {
     /// Rapids with all of it), and the portable code does the extra operations lane by lane (+4%
     /// instructions).
     const FLAGS_AS_ARITHMETIC: bool = false;
+    /// Whether the optimizer loops that neither overlap their chunks nor make bits as they go
+    /// run an op that allows it a chunk (or group) apart: the next one's first half before this
+    /// one's second half and stores (`ElementOp::PIPELINED_CHUNKS`, Adam). On for AVX2: on Zen 4
+    /// its AdamW layouts took 0.91-0.99x the time at 64K (level on an Emerald Rapids host), for
+    /// 1-17% more instructions. Off where it was not measured (portable, NEON).
+    const PIPELINES_CHUNKS: bool = false;
     /// Whether LAMB's first pass, where it rounds both moments stochastically, sums u's squares
     /// in a loop of its own after the moments' loop, per norm block (`kernels::optim::lamb`'s
     /// `norms_apart`). On for AVX2: the two sums' f64 lanes take 8 of its 16 registers,

@@ -10,6 +10,7 @@ impl Simd for Avx2 {
     const LANES: usize = 8;
     const STORE_GROUP: usize = 2;
     const FLAGS_AS_ARITHMETIC: bool = true;
+    const PIPELINES_CHUNKS: bool = true;
     const LAMB_NORMS_APART: bool = true;
     type F = __m256;
     type U = __m256i;

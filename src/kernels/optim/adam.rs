@@ -52,9 +52,26 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
     // threaded the tests of the run-time flags (maximize, weight decay) across them, and AVX2's
     // Adam executed 6% more instructions (gungraun); AVX-512's was level either way.
     const NAN_TEST_PER_GROUP: bool = false;
+    const PIPELINED_CHUNKS: bool = true;
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(
+        &mut self,
+        v: &mut Vals<V>,
+        e: u64,
+        b: &mut Bufs<V, L>,
+        drawn: ChunkBits<V>,
+    ) {
+        unsafe {
+            self.head(v, e, b, drawn);
+            self.tail::<L>(v, e);
+        }
+    }
+
+    /// The moments and the denominator, which the chunk's square root waits on; the
+    /// denominator left in the gradients' place, which the tail does not read.
+    #[inline(always)]
+    unsafe fn head<L: Layout<V>>(
         &mut self,
         v: &mut Vals<V>,
         _e: u64,
@@ -93,10 +110,18 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
             } else {
                 vv
             };
-            let denom = V::fma(V::sqrt(v_used), self.inv_sqrt_bc2, self.eps);
+            v.g = V::fma(V::sqrt(v_used), self.inv_sqrt_bc2, self.eps);
             v.s[0] = m;
             v.s[1] = vv;
-            v.p = V::fma(self.neg_step, V::div(m, denom), p);
+            v.p = p;
+        }
+    }
+
+    /// The weights' update from the head's moments and denominator.
+    #[inline(always)]
+    unsafe fn tail<L: Layout<V>>(&mut self, v: &mut Vals<V>, _e: u64) {
+        unsafe {
+            v.p = V::fma(self.neg_step, V::div(v.s[0], v.g), v.p);
         }
     }
 }

@@ -81,6 +81,13 @@ pub(super) trait ElementOp<V: Simd> {
     /// the same group, the divisions waited on the rounding's latency (AVX-512 on Zen 4,
     /// bf16-SR states at 64K: 0.93-0.96x the time; docs/DESIGN.md).
     const PIPELINED: bool = false;
+    /// Whether the chunk loop that neither overlaps its chunks nor makes bits as it goes runs
+    /// [`ElementOp::head`] of the next chunk before [`ElementOp::tail`], NaN test and stores of
+    /// this one (`Driver::full_run_pipelined`), for an op that tests each chunk alone and rounds
+    /// nothing in `apply`, where the backend takes it (`Simd::PIPELINES_CHUNKS`). Adam: a chunk's
+    /// square root then starts a chunk ahead of its division and the NaN test that waits on it
+    /// (AVX2 on Zen 4, 64K: its 16-bit layouts 0.91-0.97x the time; docs/DESIGN.md).
+    const PIPELINED_CHUNKS: bool = false;
     /// Transforms the loaded values of the chunk at global index `e`. `drawn` holds the bits the
     /// driver has drawn for the chunk's stochastic stores, where it has ([`ChunkBits`]): an op
     /// that rounds a value as it will be stored (LAMB's `Access::as_stored`) takes those.
@@ -508,6 +515,20 @@ unsafe fn compute<V: Simd, L: Layout<V>, O: ElementOp<V>>(
     }
 }
 
+/// [`compute`]'s second half where the loop is pipelined ([`ElementOp::PIPELINED_CHUNKS`]):
+/// the op's [`ElementOp::tail`] on `v` as its head left it, then the chunk's NaN test.
+#[inline(always)]
+unsafe fn tail_tested<V: Simd, L: Layout<V>, O: ElementOp<V>>(op: &mut O, v: &mut Vals<V>, e: u64) {
+    unsafe {
+        op.tail::<L>(v, e);
+        let mut acc = NanAcc::<V>::new();
+        acc.push_stored(nan_tested::<V, L, O>(), v);
+        if acc.any() {
+            canonicalize_stored::<V, L, O>(v);
+        }
+    }
+}
+
 /// Which of a chunk's stored vectors (states 0-2, weights) the NaN test of SPEC.md §5's
 /// canonicalisation looks at: an unordered compare per pair of them and one test for the whole
 /// chunk or group, the blends only when some lane is NaN (it was a compare and a blend per
@@ -848,6 +869,19 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     /// in the driver's hands (the other loops finish a chunk or group in one call).
     const PIPELINED: bool = O::PIPELINED && Self::PAIRED_DRAWS && O::NAN_TEST_PER_GROUP;
 
+    /// Whether the chunk loop runs the op a chunk apart ([`ElementOp::PIPELINED_CHUNKS`]): where
+    /// the weights or a state are 16-bit (with all of them f32 the loop ran level, for 7-10%
+    /// more instructions).
+    const PIPELINED_CHUNKS: bool = V::PIPELINES_CHUNKS
+        && O::PIPELINED_CHUNKS
+        && !(L::W::WIDE && L::S0::WIDE && L::S1::WIDE && L::S2::WIDE)
+        && !O::NAN_TEST_PER_GROUP
+        && !O::ROUNDS_IN_APPLY
+        && O::BY_LANE
+        && !L::RUN_TIME
+        && !V::OVERLAP_CHUNKS
+        && !Self::FILLS_AHEAD;
+
     /// Whether a layout whose weights do not ask for groups ([`Access::GROUPED`]) runs in groups
     /// of two chunks all the same: where the stores read their bits from blocks (AVX2), some
     /// store draws, and the op neither divides nor sums by element. Each group is stored before
@@ -1007,29 +1041,60 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     ) {
         unsafe {
             if const { Self::EVEN_ODD_BLOCKS || Self::PAIRED_DRAWS || Self::SHARES_FIRST_BITS } {
-                let drawn = if const { Self::SHARES_FIRST_BITS } {
-                    Self::first_moments_bits(b, e, drawing)
-                } else {
-                    let mut drawn: Drawn<V> = [None; 4];
-                    let [s0, s1, s2] = &mut b.rng_s;
-                    for (k, rng) in [&mut b.rng_w, s0, s1, s2].into_iter().enumerate() {
-                        if drawing[k] {
-                            let r = if const { Self::EVEN_ODD_BLOCKS } {
-                                rng.r16_even_odd_blocks(e)
-                            } else {
-                                rng.r16_alone(e)
-                            };
-                            drawn[k] = Some([r, r]);
-                        }
-                    }
-                    drawn
-                };
+                let drawn = Self::chunk_drawn(b, e, drawing);
                 let mut vs = [load_vals::<V, L, O>(c, off)];
                 compute_group::<V, L, O, 1, false>(op, b, &mut vs, e, &drawn);
                 store_vals::<V, L, O, 1>(b, c, vs, off, e, drawn);
             } else {
                 process::<V, L, O>(op, b, c, off, e)
             }
+        }
+    }
+
+    /// The bits [`Self::process_chunk`] hands the stores of the chunk at `e`: none where the
+    /// stores draw their own.
+    #[inline(always)]
+    unsafe fn chunk_drawn(b: &mut Bufs<V, L>, e: u64, drawing: [bool; 4]) -> Drawn<V> {
+        unsafe {
+            if const { Self::SHARES_FIRST_BITS } {
+                Self::first_moments_bits(b, e, drawing)
+            } else if const { Self::EVEN_ODD_BLOCKS || Self::PAIRED_DRAWS } {
+                let mut drawn: Drawn<V> = [None; 4];
+                let [s0, s1, s2] = &mut b.rng_s;
+                for (k, rng) in [&mut b.rng_w, s0, s1, s2].into_iter().enumerate() {
+                    if drawing[k] {
+                        let r = if const { Self::EVEN_ODD_BLOCKS } {
+                            rng.r16_even_odd_blocks(e)
+                        } else {
+                            rng.r16_alone(e)
+                        };
+                        drawn[k] = Some([r, r]);
+                    }
+                }
+                drawn
+            } else {
+                [None; 4]
+            }
+        }
+    }
+
+    /// The second half of [`Self::process_chunk`] where the loop is pipelined
+    /// ([`ElementOp::PIPELINED_CHUNKS`]): `v` as [`ElementOp::head`] left it, finished, tested
+    /// for NaNs and stored. The same operations in the same order as `compute` and `store_vals`.
+    #[inline(always)]
+    unsafe fn finish_pipelined(
+        op: &mut O,
+        b: &mut Bufs<V, L>,
+        c: &ChunkBufs<V, L>,
+        mut v: Vals<V>,
+        off: isize,
+        e: u64,
+        drawing: [bool; 4],
+    ) {
+        unsafe {
+            let drawn = Self::chunk_drawn(b, e, drawing);
+            tail_tested::<V, L, O>(op, &mut v, e);
+            store_vals::<V, L, O, 1>(b, c, [v], off, e, drawn);
         }
     }
 
@@ -1167,6 +1232,9 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                 }
                 return;
             }
+            if const { Self::PIPELINED_CHUNKS } {
+                return self.full_run_pipelined(off, e, end);
+            }
             if const { !V::OVERLAP_CHUNKS } {
                 return full_run_plain::<V, Self>(self, off, e, end);
             }
@@ -1194,6 +1262,51 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                 }
             }
             finish::<V, L, O>(self.op, self.b, &self.c, v, off, e);
+        }
+    }
+
+    /// [`Self::full_run_chunks`] a chunk apart ([`Self::PIPELINED_CHUNKS`]): the next chunk
+    /// loaded and its [`ElementOp::head`] run before this chunk's tail and stores. The chunks
+    /// still never overlap in memory: a chunk reads only its own elements. A copy of the loop
+    /// per prefetch case, as in `full_run_plain`.
+    #[inline(always)]
+    unsafe fn full_run_pipelined(&mut self, off: isize, e: u64, end: u64) {
+        unsafe {
+            if self.prefetching() {
+                self.pipelined_loop::<true>(off, e, end)
+            } else {
+                self.pipelined_loop::<false>(off, e, end)
+            }
+        }
+    }
+
+    /// [`Self::full_run_pipelined`]'s loop, prefetching where `PREFETCH`.
+    #[inline(always)]
+    unsafe fn pipelined_loop<const PREFETCH: bool>(
+        &mut self,
+        mut off: isize,
+        mut e: u64,
+        end: u64,
+    ) {
+        unsafe {
+            let l = V::LANES as u64;
+            // At least one full chunk, as in `full_run_chunks`.
+            let last = end - l;
+            let drawing = self.drawing();
+            let mut v = load_vals::<V, L, O>(&self.c, off);
+            self.op.head(&mut v, e, self.b, [None; 4]);
+            while e < last {
+                if PREFETCH {
+                    self.prefetch(off);
+                }
+                let mut next = load_vals::<V, L, O>(&self.c, off + V::LANES as isize);
+                self.op.head(&mut next, e + l, self.b, [None; 4]);
+                Self::finish_pipelined(self.op, self.b, &self.c, v, off, e, drawing);
+                v = next;
+                off += V::LANES as isize;
+                e += l;
+            }
+            Self::finish_pipelined(self.op, self.b, &self.c, v, off, e, drawing);
         }
     }
 
@@ -1429,6 +1542,35 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
         }
     }
 
+    /// [`ElementOp::head`] of each chunk of the group from `e`, where the grouped loop is
+    /// pipelined ([`Self::PIPELINED_CHUNKS`]: an op that treats each lane alone, so a pair in
+    /// even/odd order too).
+    #[inline(always)]
+    unsafe fn head_pipelined_g<const G: usize>(&mut self, vs: &mut [Vals<V>; G], e: u64) {
+        unsafe {
+            unrolled!(G, i => {
+                self.op.head(&mut vs[i], e + (i * V::LANES) as u64, self.b, [None; 4]);
+            });
+        }
+    }
+
+    /// [`Self::finish_g`] of a group whose heads ran ([`Self::head_pipelined_g`]): each chunk's
+    /// tail and NaN test, then the group's stores.
+    #[inline(always)]
+    unsafe fn finish_pipelined_g<const G: usize>(
+        &mut self,
+        mut vs: [Vals<V>; G],
+        off: isize,
+        e: u64,
+    ) {
+        unsafe {
+            unrolled!(G, i => {
+                tail_tested::<V, L, O>(self.op, &mut vs[i], e + (i * V::LANES) as u64);
+            });
+            self.store_g::<G>(vs, off, e, [None; 4]);
+        }
+    }
+
     /// [`Self::full_run_grouped`]'s loop over one piece.
     #[inline(always)]
     unsafe fn grouped_loop<const G: usize, const IN_ORDER: bool>(
@@ -1452,6 +1594,9 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                     None
                 };
                 let mut cur = self.load_g::<G>(off);
+                if const { !IN_ORDER && Self::PIPELINED_CHUNKS } {
+                    self.head_pipelined_g::<G>(&mut cur, e);
+                }
                 // A group's bits are drawn two groups ahead of its arithmetic and kept for its
                 // stores (and `apply`, where it rounds values as they will be stored: LAMB), so
                 // that the rounds' latency lies off the loop's path: drawn for the group being
@@ -1497,6 +1642,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                             }
                             (cur_drawn, next_drawn) = (next_drawn, drawn);
                         }
+                    } else if const { Self::PIPELINED_CHUNKS } {
+                        let mut next = self.load_g::<G>(off + gl as isize);
+                        self.head_pipelined_g::<G>(&mut next, e + gl);
+                        self.finish_pipelined_g::<G>(cur, off, e);
+                        cur = next;
                     } else if V::OVERLAP_CHUNKS {
                         // The next group's loads before this group's stores.
                         let next = self.load_g::<G>(off + gl as isize);
@@ -1512,6 +1662,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                 if const { IN_ORDER } {
                     self.tail_g::<G>(&mut cur, e);
                     self.store_g::<G>(cur, off, e, cur_drawn);
+                } else if const { Self::PIPELINED_CHUNKS } {
+                    self.finish_pipelined_g::<G>(cur, off, e);
                 } else {
                     self.finish_g::<G>(cur, off, e);
                 }

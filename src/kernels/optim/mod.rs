@@ -103,6 +103,9 @@ trait Access<V: Simd>: Copy {
     /// fills its random bits block by block (`Driver::full_run`).
     const MAY_DRAW_BITS: bool = false;
 
+    /// Whether the kind is known only at run time (the run-time kind, [`Buf`]).
+    const RUN_TIME: bool = false;
+
     /// Whether every store of the kind rounds stochastically (bf16 SR, a constant of the
     /// layout), so that its bits may come from the driver (`Driver::SHARES_FIRST_BITS`), whose
     /// stores then honour them: not the run-time kind.
@@ -793,6 +796,7 @@ impl<V: Simd> Access<V> for KeptBuf {
 /// The run-time kind: each method picks the typed one. Used for a buffer that must be present.
 impl<V: Simd> Access<V> for Buf {
     const MAY_DRAW_BITS: bool = true;
+    const RUN_TIME: bool = true;
 
     #[inline(always)]
     fn draws_bits(&self) -> bool {
@@ -934,6 +938,13 @@ trait Layout<V: Simd> {
     } else {
         PREFETCH_AHEAD_BYTES
     };
+
+    /// Whether some buffer's kind is known only at run time ([`Access::RUN_TIME`]).
+    const RUN_TIME: bool = Self::W::RUN_TIME
+        || Self::G::RUN_TIME
+        || Self::S0::RUN_TIME
+        || Self::S1::RUN_TIME
+        || Self::S2::RUN_TIME;
 
     /// Whether every buffer loads and stores pairs of chunks in even/odd order
     /// ([`Access::EVEN_ODD`]).
