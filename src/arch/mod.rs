@@ -261,8 +261,9 @@ pub(crate) trait Simd: Copy + 'static {
     /// Whether the optimizer loops that neither overlap their chunks nor make bits as they go
     /// run an op that allows it a chunk (or group) apart: the next one's first half before this
     /// one's second half and stores (`ElementOp::PIPELINED_CHUNKS`, Adam). On for AVX2: on Zen 4
-    /// its AdamW layouts took 0.91-0.99x the time at 64K (level on an Emerald Rapids host), for
-    /// 1-17% more instructions. Off where it was not measured (portable, NEON).
+    /// its AdamW layouts with a 16-bit buffer took 0.90-1.00x the time at 64K (level on an
+    /// Emerald Rapids host), for 1-19% more instructions. Off where it was not measured
+    /// (portable, NEON).
     const PIPELINES_CHUNKS: bool = false;
     /// Whether LAMB's first pass, where it rounds both moments stochastically, sums u's squares
     /// in a loop of its own after the moments' loop, per norm block (`kernels::optim::lamb`'s

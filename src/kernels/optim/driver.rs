@@ -86,7 +86,7 @@ pub(super) trait ElementOp<V: Simd> {
     /// this one (`Driver::full_run_pipelined`), for an op that tests each chunk alone and rounds
     /// nothing in `apply`, where the backend takes it (`Simd::PIPELINES_CHUNKS`). Adam: a chunk's
     /// square root then starts a chunk ahead of its division and the NaN test that waits on it
-    /// (AVX2 on Zen 4, 64K: its 16-bit layouts 0.91-0.97x the time; docs/DESIGN.md).
+    /// (AVX2 on Zen 4, 64K: its 16-bit layouts 0.90-1.00x the time; docs/DESIGN.md).
     const PIPELINED_CHUNKS: bool = false;
     /// Transforms the loaded values of the chunk at global index `e`. `drawn` holds the bits the
     /// driver has drawn for the chunk's stochastic stores, where it has ([`ChunkBits`]): an op
@@ -507,6 +507,15 @@ unsafe fn compute<V: Simd, L: Layout<V>, O: ElementOp<V>>(
 ) {
     unsafe {
         op.apply(v, e, b, drawn);
+        canonicalize_chunk::<V, L, O>(v);
+    }
+}
+
+/// The NaN test of one computed chunk `v`, and its canonicalisation where some stored lane is
+/// NaN (SPEC.md §5).
+#[inline(always)]
+unsafe fn canonicalize_chunk<V: Simd, L: Layout<V>, O: ElementOp<V>>(v: &mut Vals<V>) {
+    unsafe {
         let mut acc = NanAcc::<V>::new();
         acc.push_stored(nan_tested::<V, L, O>(), v);
         if acc.any() {
@@ -521,11 +530,7 @@ unsafe fn compute<V: Simd, L: Layout<V>, O: ElementOp<V>>(
 unsafe fn tail_tested<V: Simd, L: Layout<V>, O: ElementOp<V>>(op: &mut O, v: &mut Vals<V>, e: u64) {
     unsafe {
         op.tail::<L>(v, e);
-        let mut acc = NanAcc::<V>::new();
-        acc.push_stored(nan_tested::<V, L, O>(), v);
-        if acc.any() {
-            canonicalize_stored::<V, L, O>(v);
-        }
+        canonicalize_chunk::<V, L, O>(v);
     }
 }
 
