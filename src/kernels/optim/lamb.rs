@@ -391,15 +391,16 @@ impl<V: Simd> LambV<V> {
     }
 }
 
-/// `drive_layouts!` with LAMB's sets: IPEX's and all f32 where `$sr` is false, the memory-saving
-/// layouts `$set` where it is true.
+/// `drive_layouts!` with LAMB's sets: `$fp32_set` (IPEX's and all f32, and for pass 1 f32 master
+/// weights with bf16 gradients) where `$sr` is false, the stochastic layouts `$set` where it is
+/// true.
 macro_rules! lamb_layouts {
     ($sr:expr, $V:ty, $n:expr, $base:expr, $ctx:expr, $st:expr, $d:expr, $op:expr,
-     [$G:ident, $S0:ident, $S1:ident, $S2:ident], $set:ident) => {
+     [$G:ident, $S0:ident, $S1:ident, $S2:ident], $set:ident, $fp32_set:ident) => {
         if const { $sr } {
             drive_layouts!($V, $n, $base, $ctx, $st, $d, $op, [$G, $S0, $S1, $S2], stochastic $set)
         } else {
-            drive_layouts!($V, $n, $base, $ctx, $st, $d, $op, [$G, $S0, $S1, $S2], fp32_peers)
+            drive_layouts!($V, $n, $base, $ctx, $st, $d, $op, [$G, $S0, $S1, $S2], $fp32_set)
         }
     };
 }
@@ -409,10 +410,12 @@ macro_rules! lamb_layouts {
 /// each u also to `kept` when given (one f32 per element of the piece).
 /// A piece must not share a block with another piece (the parallel driver cuts at block edges).
 ///
-/// `SR` picks the layouts compiled: IPEX's and all f32 (false), or the stochastic ones (true:
-/// the two memory-saving layouts, f32 weights and gradients with bf16-SR states, and all bf16
-/// with bf16-SR states, the set `all`; the last two through the run-time access took 1.3-1.4x
-/// the time), each set in entry points of its own (`dispatch`), chosen per tensor by
+/// `SR` picks the layouts compiled: IPEX's, all f32 and f32 master weights with bf16 gradients
+/// (false; the master layout through the run-time access took 1.11x the all-f32 step), or the
+/// stochastic ones (true: the two memory-saving layouts, f32 weights and gradients with bf16-SR
+/// states, and all bf16 with bf16-SR states, the set `all`; the last two through the run-time
+/// access took 1.3-1.4x the time), each set in entry points of its own (`dispatch`), chosen per
+/// tensor by
 /// [`LambTensor::has_bf16`]. In one function, the stochastic layouts changed the code LLVM made
 /// for IPEX's layout around them (gungraun, AVX2: +7% instructions); any other combination runs
 /// through the run-time access in either.
@@ -449,7 +452,8 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
                     d,
                     &mut p1,
                     [Has, Has, Has, Kept],
-                    all
+                    all,
+                    fp32_master
                 );
                 p1.norms.close();
             }
@@ -467,7 +471,8 @@ pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
                     d,
                     &mut p1,
                     [Has, Has, Has, Lacks],
-                    all
+                    all,
+                    fp32_master
                 );
                 p1.norms.close();
             }
@@ -553,7 +558,8 @@ unsafe fn norms_apart<V: Simd>(
                 d,
                 &mut moments,
                 [Has, Has, Has, Kept],
-                all
+                all,
+                fp32_peers
             );
             moments.norms.close();
             sums[1] = sum_of_squares::<V>(u, base, len);
@@ -631,7 +637,8 @@ pub(crate) unsafe fn lamb_pass2<V: Simd, const SR: bool>(
                     d,
                     &mut p2,
                     [Lacks, Scratch, Lacks, Lacks],
-                    sr_weights
+                    sr_weights,
+                    fp32_peers
                 );
             }
             None => {
@@ -656,7 +663,8 @@ pub(crate) unsafe fn lamb_pass2<V: Simd, const SR: bool>(
                     d,
                     &mut p2,
                     [Lacks, Has, Has, Lacks],
-                    memory_saving
+                    memory_saving,
+                    fp32_peers
                 );
             }
         }

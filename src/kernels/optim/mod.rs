@@ -1068,8 +1068,11 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
 ///   rounded to nearest with bf16 gradients and f32 or bf16-SR states (the package's
 ///   `rounding="nearest"`); through the run-time access these took up to 2.8x the time of
 ///   their compiled forms;
-/// - `fp32_peers`: IPEX's and all f32 only. For LAMB's passes and for AMSGrad (no benchmark
+/// - `fp32_peers`: IPEX's and all f32 only. For LAMB's second pass and for AMSGrad (no benchmark
 ///   runs it, and DeepSpeed's CPU Adam has none);
+/// - `fp32_master`: IPEX's, all f32 and f32 master weights and states with bf16 gradients. For
+///   LAMB's first pass without a bf16 buffer: through the run-time access the master step took
+///   1.11x the all-f32 step, compiled 0.86-0.95x its time;
 /// - `sr_weights`: IPEX's, all f32, the mixed layouts and bf16-SR weights: for a step with no
 ///   state (SGD without momentum), where the other stochastic layouts are copies of these;
 /// - `stochastic all`: `all`'s stochastic layouts and no others; `stochastic memory_saving`:
@@ -1173,8 +1176,18 @@ macro_rules! drive_layouts {
      $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
         false
     };
-    // The mixed layouts, in every set but `fp32_peers`: f32 master weights and states with bf16
-    // gradients, and bf16 weights rounded to nearest with bf16 gradients and f32 or bf16-SR
+    (@fp32_master, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
+        false
+    };
+    // `fp32_master`'s mixed layout: f32 master weights and states with bf16 gradients alone.
+    (@mixed fp32_master, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
+     $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
+        drive_layouts!(@one Lay<F32Buf, $G<Bf16Buf>, $S0<F32Buf>, $S1<F32Buf>, $S2<F32Buf>>,
+                       $V, $n, $base, $ctx, $stream, $d, $op, $blocks)
+    };
+    // The mixed layouts, in the other sets but `fp32_peers`: f32 master weights and states with
+    // bf16 gradients, and bf16 weights rounded to nearest with bf16 gradients and f32 or bf16-SR
     // states. True if one of them ran.
     (@mixed fp32_peers, $V:ty, $n:expr, $base:expr, $ctx:expr, $stream:expr, $d:expr, $op:expr,
      $blocks:expr, [$G:ident, $S0:ident, $S1:ident, $S2:ident]) => {
