@@ -415,10 +415,9 @@ macro_rules! lamb_layouts {
 /// stochastic ones (true: the two memory-saving layouts, f32 weights and gradients with bf16-SR
 /// states, and all bf16 with bf16-SR states, the set `all`; the last two through the run-time
 /// access took 1.3-1.4x the time), each set in entry points of its own (`dispatch`), chosen per
-/// tensor by
-/// [`LambTensor::has_bf16`]. In one function, the stochastic layouts changed the code LLVM made
-/// for IPEX's layout around them (gungraun, AVX2: +7% instructions); any other combination runs
-/// through the run-time access in either.
+/// tensor by [`LambTensor::has_bf16`]. In one function, the stochastic layouts changed the code
+/// LLVM made for IPEX's layout around them (gungraun, AVX2: +7% instructions); any other
+/// combination runs through the run-time access in either.
 #[inline(always)]
 pub(crate) unsafe fn lamb_pass1<V: Simd, const SR: bool>(
     c: &LambConsts,

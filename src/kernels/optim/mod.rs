@@ -1072,7 +1072,7 @@ impl<V: Simd, L: Layout<V>> Bufs<V, L> {
 ///   runs it, and DeepSpeed's CPU Adam has none);
 /// - `fp32_master`: IPEX's, all f32 and f32 master weights and states with bf16 gradients. For
 ///   LAMB's first pass without a bf16 buffer: through the run-time access the master step took
-///   1.11x the all-f32 step, compiled 0.86-0.95x its time;
+///   1.11x the time of the all-f32 step, and compiled it takes 0.86-0.95x the time it took;
 /// - `sr_weights`: IPEX's, all f32, the mixed layouts and bf16-SR weights: for a step with no
 ///   state (SGD without momentum), where the other stochastic layouts are copies of these;
 /// - `stochastic all`: `all`'s stochastic layouts and no others; `stochastic memory_saving`:
