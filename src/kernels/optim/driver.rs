@@ -507,20 +507,7 @@ unsafe fn compute<V: Simd, L: Layout<V>, O: ElementOp<V>>(
 ) {
     unsafe {
         op.apply(v, e, b, drawn);
-        canonicalize_chunk::<V, L, O>(v);
-    }
-}
-
-/// The NaN test of one computed chunk `v`, and its canonicalisation where some stored lane is
-/// NaN (SPEC.md §5).
-#[inline(always)]
-unsafe fn canonicalize_chunk<V: Simd, L: Layout<V>, O: ElementOp<V>>(v: &mut Vals<V>) {
-    unsafe {
-        let mut acc = NanAcc::<V>::new();
-        acc.push_stored(nan_tested::<V, L, O>(), v);
-        if acc.any() {
-            canonicalize_stored::<V, L, O>(v);
-        }
+        canonicalize_group::<V, L, O, 1>(core::array::from_mut(v));
     }
 }
 
@@ -530,7 +517,7 @@ unsafe fn canonicalize_chunk<V: Simd, L: Layout<V>, O: ElementOp<V>>(v: &mut Val
 unsafe fn tail_tested<V: Simd, L: Layout<V>, O: ElementOp<V>>(op: &mut O, v: &mut Vals<V>, e: u64) {
     unsafe {
         op.tail::<L>(v, e);
-        canonicalize_chunk::<V, L, O>(v);
+        canonicalize_group::<V, L, O, 1>(core::array::from_mut(v));
     }
 }
 
