@@ -382,10 +382,30 @@ macro_rules! simd_backend {
 
                 $(#[target_feature(enable = $features)])?
                 pub(super) unsafe fn adam(c: &AdamConsts, x: &StepContext, t: &mut AdamTensor<'_>, n: StepLen) {
-                    unsafe { kernels::optim::adam::<$V>(c, x, t, n) }
+                    unsafe { kernels::optim::adam::<$V, { kernels::optim::adam_entry::PLAIN }>(c, x, t, n) }
                 }
             }
             use adam_step::*;
+
+            // AMSGrad's layouts (`kernels::optim::adam_entry`, why), in units of their own.
+            mod amsgrad_step {
+                use super::*;
+
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn amsgrad_fp32(c: &AdamConsts, x: &StepContext, t: &mut AdamTensor<'_>, n: StepLen) {
+                    unsafe { kernels::optim::adam::<$V, { kernels::optim::adam_entry::AMSGRAD_FP32 }>(c, x, t, n) }
+                }
+            }
+            mod amsgrad_sr_step {
+                use super::*;
+
+                $(#[target_feature(enable = $features)])?
+                pub(super) unsafe fn amsgrad_sr(c: &AdamConsts, x: &StepContext, t: &mut AdamTensor<'_>, n: StepLen) {
+                    unsafe { kernels::optim::adam::<$V, { kernels::optim::adam_entry::AMSGRAD_SR }>(c, x, t, n) }
+                }
+            }
+            use amsgrad_sr_step::*;
+            use amsgrad_step::*;
 
             mod lamb_pass1_step {
                 use super::*;
@@ -484,7 +504,18 @@ macro_rules! simd_backend {
                 combine: |t, l, d| unsafe { combine(t, l, d) },
                 sgd: |c, x, t, n| unsafe { sgd(c, x, t, n) },
                 adagrad: |c, x, t, n| unsafe { adagrad(c, x, t, n) },
-                adam: |c, x, t, n| unsafe { adam(c, x, t, n) },
+                // AMSGrad's entry points only where layouts are compiled, as LAMB's below.
+                adam: |c, x, t, n| {
+                    if const { <$V as crate::arch::Simd>::COMPILED_LAYOUTS } && t.max_exp_avg_sq.is_some() {
+                        if !t.in_fp32_peers_layout() {
+                            return unsafe { amsgrad_sr(c, x, t, n) };
+                        }
+                        if const { !<$V as crate::arch::Simd>::AMSGRAD_FP32_WITH_ADAM } {
+                            return unsafe { amsgrad_fp32(c, x, t, n) };
+                        }
+                    }
+                    unsafe { adam(c, x, t, n) }
+                },
                 // LAMB's stochastic entry points only where layouts are compiled (elsewhere both
                 // entry points would run the same run-time access, compiled twice).
                 lamb_pass1: |c, x, t, o, k, n| {

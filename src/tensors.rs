@@ -213,6 +213,23 @@ impl<'a> AdamTensor<'a> {
         self.weights.len()
     }
 
+    /// Whether the buffers are of IPEX's layout (split weights, bf16 gradients, f32 states) or all
+    /// f32: AMSGrad's steps then run an entry point of their own (`kernels::optim::adam_entry`).
+    pub(crate) fn in_fp32_peers_layout(&self) -> bool {
+        let states_f32 = [
+            Some(&self.exp_avg),
+            Some(&self.exp_avg_sq),
+            self.max_exp_avg_sq.as_ref(),
+        ]
+        .into_iter()
+        .all(|s| !matches!(s, Some(State::Bf16(..))));
+        states_f32
+            && matches!(
+                (&self.weights, &self.grads),
+                (Weights::Split { .. }, Grads::Bf16(_)) | (Weights::F32(_), Grads::F32(_))
+            )
+    }
+
     /// Whether the tensor has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -9,7 +9,7 @@
  *   LIB_A=old/libhalfstep.so LIB_B=new/libhalfstep.so target/layout_ab ELEMENTS ALTERNATIONS ENTRY...
  *
  * ENTRY is `BUILD:OPTIMIZER:LAYOUT`: BUILD `a` or `b`; OPTIMIZER `sgd` (with momentum), `adagrad`,
- * `adamw` or `lamb`; LAYOUT as the kernel bench's `sr_*` rows: `split` (split weights, bf16 gradients,
+ * `adamw`, `amsgrad` (AdamW with `amsgrad`) or `lamb`; LAYOUT as the kernel bench's `sr_*` rows: `split` (split weights, bf16 gradients,
  * f32 states), `states` (split weights, bf16 gradients, bf16 states rounded stochastically), `weights`
  * (bf16 weights rounded stochastically, bf16 gradients, f32 states), `nearest` and `nearest_sr`
  * (bf16 weights rounded to nearest, bf16 gradients, f32 states or bf16 states rounded
@@ -155,18 +155,18 @@ static int by_value(const void *a, const void *b) {
 enum { MAX_ENTRIES = 16, MAX_ALTERNATIONS = 4001 };
 
 typedef struct {
-    int build, optimizer; /* optimizer: 0 sgd, 1 adagrad, 2 adamw, 3 lamb */
+    int build, optimizer; /* optimizer: 0 sgd, 1 adagrad, 2 adamw, 3 lamb, 4 adamw with amsgrad */
     hs_tensor tensor;
     uint32_t step;
 } entry;
 
 static int parse(entry *e, const char *spec, size_t n) {
-    static const char *optimizers[] = {"sgd", "adagrad", "adamw", "lamb"};
+    static const char *optimizers[] = {"sgd", "adagrad", "adamw", "lamb", "amsgrad"};
     char opt[16], layout[16];
     if (sscanf(spec, "%1[ab]:%15[a-z0-9]:%15s", (char[2]){0}, opt, layout) != 3) return 0;
     e->build = spec[0] == 'b';
     e->optimizer = -1;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         if (!strcmp(opt, optimizers[k])) e->optimizer = k;
     int f32_sr = !strcmp(layout, "f32_sr"), bf16_sr = !strcmp(layout, "bf16_sr");
     int f32 = f32_sr || !strcmp(layout, "f32"), split = !strcmp(layout, "split");
@@ -197,7 +197,7 @@ static int parse(entry *e, const char *spec, size_t n) {
         t->grads = runtime ? (hs_buffer){HS_F32, 0, f32_buffer(n, slot++, -0.02f, 1e-3f), NULL}
                            : (hs_buffer){HS_BF16, 0, bf16_buffer(n, slot++, 0x3a00, 89), NULL};
     }
-    int count = e->optimizer < 2 ? 1 : 2;
+    int count = e->optimizer < 2 ? 1 : e->optimizer == 4 ? 3 : 2;
     for (int s = 0; s < count; s++)
         t->state[s] = states ? (hs_buffer){HS_BF16, HS_STOCHASTIC, bf16_buffer(n, slot++, 0x3800, 53), NULL}
                              : (hs_buffer){HS_F32, 0, f32_buffer(n, slot++, 1e-3f, 1e-4f), NULL};
@@ -210,11 +210,13 @@ static void step(const build *b, entry *e) {
     static const hs_sgd_config sgd = {1e-3f, 0.9f, 0.0f, 0.0f, 0, 0};
     static const hs_adagrad_config adagrad = {1e-2f, 0.0f, 0.0f, 1e-10f, 0.0f, 0};
     static const hs_adam_config adamw = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 0, 0};
+    static const hs_adam_config amsgrad = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 1, 0};
     static const hs_lamb_config lamb = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 0.0f};
     hs_step_context ctx = {42, ++e->step, HS_REPLICA_IDENTICAL};
     hs_status s = e->optimizer == 0   ? b->sgd(&sgd, &ctx, &e->tensor, 1, b->team)
                   : e->optimizer == 1 ? b->adagrad(&adagrad, &ctx, &e->tensor, 1, b->team)
                   : e->optimizer == 2 ? b->adam(&adamw, &ctx, &e->tensor, 1, b->team)
+                  : e->optimizer == 4 ? b->adam(&amsgrad, &ctx, &e->tensor, 1, b->team)
                                       : b->lamb(&lamb, &ctx, &e->tensor, 1, b->team, b->workspace);
     if (s != HS_OK) {
         fprintf(stderr, "layout_ab: %s\n", b->last_error());

@@ -265,6 +265,13 @@ pub(crate) trait Simd: Copy + 'static {
     /// Emerald Rapids host), for 1-19% more instructions. Off where it was not measured
     /// (portable, NEON).
     const PIPELINES_CHUNKS: bool = false;
+    /// Whether AMSGrad's steps in IPEX's and the all-f32 layouts run in the entry point of Adam's
+    /// steps without it, where layouts are compiled (`kernels::optim::adam_entry`). On for AVX2:
+    /// there AdamW's entry point is then the same code as before AMSGrad's other layouts were
+    /// compiled (apart, AVX2's AdamW rows took 1.6-3.3% more instructions and split weights with
+    /// bf16-SR states 1.01-1.04x the time on the Zen 4 VM). Off for AVX-512, whose AdamW layouts
+    /// ran 0.92-0.98x the time without them.
+    const AMSGRAD_FP32_WITH_ADAM: bool = false;
     /// Whether LAMB's first pass, where it rounds both moments stochastically, sums u's squares
     /// in a loop of its own after the moments' loop, per norm block (`kernels::optim::lamb`'s
     /// `norms_apart`). On for AVX2: the two sums' f64 lanes take 8 of its 16 registers,

@@ -11,6 +11,7 @@ impl Simd for Avx2 {
     const STORE_GROUP: usize = 2;
     const FLAGS_AS_ARITHMETIC: bool = true;
     const PIPELINES_CHUNKS: bool = true;
+    const AMSGRAD_FP32_WITH_ADAM: bool = true;
     const LAMB_NORMS_APART: bool = true;
     type F = __m256;
     type U = __m256i;

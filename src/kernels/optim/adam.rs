@@ -126,8 +126,23 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
     }
 }
 
+/// Adam's entry points where the backend compiles layouts (`dispatch`): AMSGrad's steps (a
+/// running maximum of the second moment) run the stochastic layouts (the `all` set) in one of
+/// their own, and IPEX's and the all-f32 layouts in a second one unless the backend keeps those
+/// in the entry point of the steps without AMSGrad (`Simd::AMSGRAD_FP32_WITH_ADAM`). In that
+/// entry point AMSGrad's `all` set changed LLVM's code for AdamW's layouts (AVX-512 split AdamW
+/// 1.035-1.065x the time, Zen 4 VM; docs/DESIGN.md).
+pub(crate) mod entry {
+    /// Steps without AMSGrad; on a backend without compiled layouts, every step.
+    pub(crate) const PLAIN: u8 = 0;
+    /// AMSGrad in IPEX's layout or all f32.
+    pub(crate) const AMSGRAD_FP32: u8 = 1;
+    /// AMSGrad in the other layouts: the stochastic ones compiled, the rest at run time.
+    pub(crate) const AMSGRAD_SR: u8 = 2;
+}
+
 #[inline(always)]
-pub(crate) unsafe fn adam<V: Simd>(
+pub(crate) unsafe fn adam<V: Simd, const ENTRY: u8>(
     c: &AdamConsts,
     ctx: &StepContext,
     t: &mut AdamTensor<'_>,
@@ -167,7 +182,15 @@ pub(crate) unsafe fn adam<V: Simd>(
             coupled_decay: core::hint::black_box(c.use_weight_decay && !c.decoupled),
         };
         let (base, st) = (t.stream.index_base, &t.stream);
-        if s2.is_some() {
+        // Conditions on constants, so that rustc instantiates only the layouts an entry runs.
+        if const { ENTRY == entry::AMSGRAD_SR } {
+            drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Has, Has, Has], stochastic all);
+        } else if const { ENTRY == entry::AMSGRAD_FP32 && V::AMSGRAD_FP32_WITH_ADAM } {
+            unreachable!("AMSGrad's fp32 layouts run in Adam's entry point on this backend");
+        } else if const {
+            ENTRY == entry::AMSGRAD_FP32 || !V::COMPILED_LAYOUTS || V::AMSGRAD_FP32_WITH_ADAM
+        } && (ENTRY == entry::AMSGRAD_FP32 || s2.is_some())
+        {
             drive_layouts!(
                 V,
                 n,
@@ -179,7 +202,8 @@ pub(crate) unsafe fn adam<V: Simd>(
                 [Has, Has, Has, Has],
                 fp32_peers
             );
-        } else {
+        } else if const { ENTRY == entry::PLAIN } {
+            debug_assert!(s2.is_none(), "AMSGrad runs an entry point of its own here");
             drive_layouts!(V, n, base, ctx, st, d, &mut op, [Has, Has, Has, Lacks], all);
         }
     }

@@ -1265,7 +1265,7 @@ mod lamb;
 mod sgd;
 
 pub(crate) use adagrad::adagrad;
-pub(crate) use adam::adam;
+pub(crate) use adam::{adam, entry as adam_entry};
 pub(crate) use lamb::{lamb_pass1, lamb_pass2};
 pub(crate) use sgd::sgd;
 
