@@ -214,7 +214,8 @@ impl<'a> AdamTensor<'a> {
     }
 
     /// Whether the buffers are of IPEX's layout (split weights, bf16 gradients, f32 states) or all
-    /// f32: AMSGrad's steps then run an entry point of their own (`kernels::optim::adam_entry`).
+    /// f32: AMSGrad's steps in them run apart from its stochastic layouts, in Adam's entry point
+    /// or one of their own by backend (`kernels::optim::adam_entry`).
     pub(crate) fn in_fp32_peers_layout(&self) -> bool {
         let states_f32 = [
             Some(&self.exp_avg),

@@ -270,7 +270,7 @@ pub(crate) trait Simd: Copy + 'static {
     /// there AdamW's entry point is then the same code as before AMSGrad's other layouts were
     /// compiled (apart, AVX2's AdamW rows took 1.6-3.3% more instructions and split weights with
     /// bf16-SR states 1.01-1.04x the time on the Zen 4 VM). Off for AVX-512, whose AdamW layouts
-    /// ran 0.92-0.98x the time without them.
+    /// ran 0.95-0.98x the time without them (AMSGrad's own two 0.92-0.98x).
     const AMSGRAD_FP32_WITH_ADAM: bool = false;
     /// Whether LAMB's first pass, where it rounds both moments stochastically, sums u's squares
     /// in a loop of its own after the moments' loop, per norm block (`kernels::optim::lamb`'s
