@@ -235,7 +235,8 @@ hs_status hs_combine(const uint16_t *top, const uint16_t *trail, float *dst, siz
 
 // The 16 random bits of elements `index_base .. index_base + len` of stream `stream_id` for
 // `purpose` (0 weights, 1 first moment, 2 second moment, 3 AMSGrad max), SPEC.md §3.2. The
-// second moment's bits of element `e` are the first moment's of `e ^ 1`.
+// second moment's bits of element `e` are the first moment's of `e ^ 1`, and AMSGrad's maximum's
+// are the second moment's.
 hs_status hs_fill_element_bits(const hs_step_context *ctx,
                                uint32_t stream_id,
                                uint64_t index_base,

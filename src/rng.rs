@@ -32,8 +32,8 @@ impl Replica {
 }
 
 /// What a tensor's random bits are for; one tensor's buffers each get their own bits: the value
-/// is the low nibble of counter word 3, except for the second moment, which takes the first
-/// moment's counters and gives each element its pair partner's bits (SPEC.md §3.2).
+/// is the low nibble of counter word 3, except for the second moment and AMSGrad's maximum, which
+/// take the first moment's counters and give each element its pair partner's bits (SPEC.md §3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Purpose {
@@ -44,7 +44,8 @@ pub enum Purpose {
     /// The second-moment buffer (Adam's `exp_avg_sq`, Adagrad's `sum`): element `e` rounds with
     /// the bits the first moment gives element `e ^ 1`.
     SecondMoment = 2,
-    /// AMSGrad's `max_exp_avg_sq`.
+    /// AMSGrad's `max_exp_avg_sq`: the second moment's bits. The maximum stored is `v` rounded
+    /// with them, or the maximum as loaded, which no rounding changes.
     MaxSecondMoment = 3,
 }
 
@@ -121,11 +122,12 @@ impl TensorStream {
 }
 
 /// The full coordinates for one (step, tensor, purpose). Callers validate `ctx.replica` and the
-/// stream first (every public entry point does, before touching memory). The second moment draws
-/// from the first moment's stream, each element taking its pair partner's bits (SPEC.md §3.2).
+/// stream first (every public entry point does, before touching memory). The second moment and
+/// AMSGrad's maximum draw from the first moment's stream, each element taking its pair partner's
+/// bits (SPEC.md §3.2).
 pub(crate) fn coord(ctx: &StepContext, t: &TensorStream, purpose: Purpose) -> BitsCoord {
     debug_assert!(ctx.replica.slot().is_ok() && t.id <= MAX_STREAM);
-    let second = purpose == Purpose::SecondMoment;
+    let second = matches!(purpose, Purpose::SecondMoment | Purpose::MaxSecondMoment);
     let counted = if second {
         Purpose::FirstMoment
     } else {

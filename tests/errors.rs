@@ -606,17 +606,17 @@ fn bad_checkpoint() {
     );
     assert_eq!(
         good[0..4],
-        3u32.to_le_bytes(),
-        "blobs are written as version 3"
+        4u32.to_le_bytes(),
+        "blobs are written as version 4"
     );
-    // Blobs of versions 1 (Philox4x32-10 bits) and 2 (the second moment with a stream of its
-    // own) still resume their seed and step count.
-    for version in [1, 2] {
+    // Blobs of versions 1 (Philox4x32-10 bits), 2 (the second moment with a stream of its own)
+    // and 3 (AMSGrad's maximum with a stream of its own) still resume their seed and step count.
+    for version in [1, 2, 3] {
         let mut old = good;
         old[0] = version;
         assert_eq!(Checkpoint::from_bytes(&old), Checkpoint::from_bytes(&good));
     }
-    for version in [0u32, 4, u32::MAX] {
+    for version in [0u32, 5, u32::MAX] {
         let mut wrong_version = good;
         wrong_version[0..4].copy_from_slice(&version.to_le_bytes());
         assert_eq!(

@@ -73,9 +73,9 @@ def ars(ctr, key, rounds=5):
 
 
 def r16(seed, step, tensor, purpose, slot, e):
-    # The second moment (purpose 2) counts with the first moment's stream word and takes the bits
-    # of element e ^ 1.
-    if purpose == 2:
+    # The second moment (purpose 2) and AMSGrad's maximum (3) count with the first moment's stream
+    # word and take the bits of element e ^ 1.
+    if purpose in (2, 3):
         purpose, e = 1, e ^ 1
     stream_word = (tensor << 4) | purpose
     key = (seed & M32, seed >> 32, 0, 0)

@@ -107,7 +107,8 @@ pub unsafe extern "C" fn hs_combine(
 
 /// The 16 random bits of elements `index_base .. index_base + len` of stream `stream_id` for
 /// `purpose` (0 weights, 1 first moment, 2 second moment, 3 AMSGrad max), SPEC.md §3.2. The
-/// second moment's bits of element `e` are the first moment's of `e ^ 1`.
+/// second moment's bits of element `e` are the first moment's of `e ^ 1`, and AMSGrad's maximum's
+/// are the second moment's.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hs_fill_element_bits(
     ctx: *const hs_step_context,

@@ -235,11 +235,12 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// The random-bit layout the blob's steps draw from: 3 is ARS-5 with the second moment's bits
-    /// taken from the first moment's stream (SPEC.md §3.2). A blob of version 1 (Philox4x32-10
-    /// bits) or 2 (ARS-5, the second moment with a stream of its own) is read as the same seed
-    /// and step count, and its run continues with version 3's bits.
-    const VERSION: u32 = 3;
+    /// The random-bit layout the blob's steps draw from: 4 is ARS-5 with the second moment's bits
+    /// taken from the first moment's stream and AMSGrad's maximum rounded with the second
+    /// moment's (SPEC.md §3.2). A blob of version 1 (Philox4x32-10 bits), 2 (ARS-5, the second
+    /// moment with a stream of its own) or 3 (AMSGrad's maximum with a stream of its own) is read
+    /// as the same seed and step count, and its run continues with version 4's bits.
+    const VERSION: u32 = 4;
 
     /// 16 bytes: version, seed, steps taken (little-endian u32, u64, u32).
     pub fn to_bytes(&self) -> [u8; 16] {

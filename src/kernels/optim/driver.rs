@@ -974,31 +974,47 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     /// in the even/odd layout as its own ([`RoundingBits::share_even_odd_blocks_of`]), in
     /// element order through the loop ([`RoundingBits::read_first_moments`],
     /// [`Self::first_moments_bits`]); otherwise its blocks are copies of the first moment's
-    /// with partners exchanged ([`RoundingBits::copy_blocks_of`]).
+    /// with partners exchanged ([`RoundingBits::copy_blocks_of`]). AMSGrad's maximum, which
+    /// takes the second moment's bits, reads them the same way.
     #[inline(always)]
     fn arrange_bits(&mut self) {
         if const { Self::EVEN_ODD_BLOCKS } {
             each_drawing_stream!(self, (_k, rng) => rng.use_even_odd_blocks());
         }
-        if const { V::RNG_BLOCK && Self::STORED_MAY_DRAW[1] && Self::STORED_MAY_DRAW[2] } {
+        if const {
+            V::RNG_BLOCK
+                && Self::STORED_MAY_DRAW[1]
+                && (Self::STORED_MAY_DRAW[2] || Self::STORED_MAY_DRAW[3])
+        } {
             let d = self.drawing();
+            let [s0, s1, s2] = &mut self.b.rng_s;
             if d[1] && d[2] {
-                let [s0, s1, _] = &mut self.b.rng_s;
-                if const { Self::EVEN_ODD_BLOCKS } {
-                    s1.share_even_odd_blocks_of(s0);
-                } else if const { Self::SHARES_FIRST_BITS } {
-                    s1.read_first_moments(s0);
-                } else {
-                    s1.copy_blocks_of(s0);
-                }
+                Self::read_first_moments_blocks(s1, s0);
             }
+            if d[1] && d[3] {
+                Self::read_first_moments_blocks(s2, s0);
+            }
+        }
+    }
+
+    /// Makes `stream`, drawn from the first moment's counters with partners exchanged (the
+    /// second moment's, AMSGrad maximum's), read `first`'s blocks as [`Self::arrange_bits`] says.
+    #[inline(always)]
+    fn read_first_moments_blocks(stream: &mut RoundingBits<V>, first: &RoundingBits<V>) {
+        if const { Self::EVEN_ODD_BLOCKS } {
+            stream.share_even_odd_blocks_of(first);
+        } else if const { Self::SHARES_FIRST_BITS } {
+            stream.read_first_moments(first);
+        } else {
+            stream.copy_blocks_of(first);
         }
     }
 
     /// Where [`Self::SHARES_FIRST_BITS`] and both moments draw (`drawing`), the bits of both
     /// moments' stores for the chunk at `e`: the first moment's words from its block, and the
-    /// same words with partners exchanged for the second (SPEC.md §3.2), one `vpshufd` where a
-    /// copy of the block took a load, a shuffle and a store per vector. No bits otherwise.
+    /// same words with partners exchanged for the second and for AMSGrad's maximum (SPEC.md
+    /// §3.2), one `vpshufd` where a copy of the block took a load, a shuffle and a store per
+    /// vector. No bits otherwise.
     #[inline(always)]
     unsafe fn first_moments_bits(b: &mut Bufs<V, L>, e: u64, drawing: [bool; 4]) -> Drawn<V> {
         unsafe {
@@ -1007,6 +1023,9 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                 let r = b.rng_s[0].r16_prepared(e);
                 drawn[1] = Some([r, r]);
                 drawn[2] = Some(partners::<V>([r, r], false));
+                if drawing[3] {
+                    drawn[3] = drawn[2];
+                }
             }
             drawn
         }
@@ -1373,7 +1392,8 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     /// The bits of the group `d` is at for every stream whose stores draw them, in even/odd
     /// order where the loop takes its chunks so ([`Self::EVEN_ODD`]). The second moment's are the
     /// first moment's with partners exchanged (SPEC.md §3.2): where both round, the rounds run
-    /// once for the two (Zen 4: Adam with bf16-SR states 0.87x the time, docs/DESIGN.md).
+    /// once for the two (Zen 4: Adam with bf16-SR states 0.87x the time, docs/DESIGN.md), and
+    /// AMSGrad's maximum takes the second moment's.
     #[inline(always)]
     unsafe fn draw_pairs(&mut self, d: &PairDraw<V>) -> Drawn<V> {
         unsafe {
@@ -1398,7 +1418,11 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
                 drawn[2] = Some(partners::<V>(pair, Self::EVEN_ODD));
             }
             if drawing[3] {
-                drawn[3] = Some(Self::pair_of(&b.rng_s[2], d));
+                drawn[3] = Some(match (drawn[2], drawn[1]) {
+                    (Some(pair), _) => pair,
+                    (None, Some(pair)) => partners::<V>(pair, Self::EVEN_ODD),
+                    (None, None) => partners::<V>(Self::pair_of(&b.rng_s[2], d), Self::EVEN_ODD),
+                });
             }
             drawn
         }
