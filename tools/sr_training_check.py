@@ -15,7 +15,8 @@ library per process). Needs torch; the package is imported from python/ beside t
   weights starting at 1.0, SGD lr 2e-3 momentum 0.9, 3000 steps), through the PyTorch package, so
   with bf16 gradients: the first step with loss below 1e-4 and the final loss.
 - lm: a 2-layer transformer (d 128, 4 heads, context 64) on this repository's own text, AdamW
-  lr 2e-3, batch 32, `--lm-steps` steps: validation loss (nats per character) on held-out text.
+  lr 2e-3, batch 32, `--lm-steps` steps: validation loss (nats per character) on held-out text;
+  with `--amsgrad`, AdamW with `amsgrad=True` (fp32 and bf16 SR alike), whose maximum rounds too.
 """
 import argparse
 import json
@@ -63,7 +64,7 @@ def demo_task(torch, halfstep, mode, seed):
     return {"first_below_1e-4": below, "final_loss": losses[-1], "loss_at": {k: losses[k] for k in (100, 300, 1000, 3000)}}
 
 
-def lm_task(torch, halfstep, mode, seed, steps):
+def lm_task(torch, halfstep, mode, seed, steps, amsgrad=False):
     data = torch.frombuffer(bytearray(corpus()), dtype=torch.uint8).long()
     split = int(len(data) * 0.9)
     train, val = data[:split], data[split:]
@@ -102,10 +103,10 @@ def lm_task(torch, halfstep, mode, seed, steps):
     dtype = torch.float32 if mode == "fp32" else torch.bfloat16
     model = LM().to(dtype)
     if mode == "fp32":
-        opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
+        opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01, amsgrad=amsgrad)
     else:
         opt = halfstep.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01, weights="bf16", states="bf16",
-                             seed=seed)
+                             seed=seed, amsgrad=amsgrad)
     g = torch.Generator().manual_seed(7)
 
     def batch_of(src, gen):
@@ -143,7 +144,7 @@ def one(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     out = {"demo": demo_task(torch, halfstep, args.mode, args.seed),
-           "lm": lm_task(torch, halfstep, args.mode, args.seed, args.lm_steps)}
+           "lm": lm_task(torch, halfstep, args.mode, args.seed, args.lm_steps, args.amsgrad)}
     print(json.dumps(out))
 
 
@@ -163,6 +164,7 @@ def main():
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--lm-steps", type=int, default=400)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--amsgrad", action="store_true", help="the LM's AdamW with amsgrad=True")
     ap.add_argument("--json")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="sr", help=argparse.SUPPRESS)
@@ -177,6 +179,7 @@ def main():
         env = dict(os.environ, HALFSTEP_LIB=lib)
         cmd = [sys.executable, __file__, "--one", "--mode", mode, "--seed", str(seed),
                "--lm-steps", str(args.lm_steps), "--threads", str(args.threads)]
+        cmd += ["--amsgrad"] if args.amsgrad else []
         return json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout)
 
     results = {"fp32": [run(args.lib[0].split("=", 1)[1], "fp32", 0)]}
