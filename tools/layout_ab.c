@@ -9,15 +9,15 @@
  *   LIB_A=old/libhalfstep.so LIB_B=new/libhalfstep.so target/layout_ab ELEMENTS ALTERNATIONS ENTRY...
  *
  * ENTRY is `BUILD:OPTIMIZER:LAYOUT`: BUILD `a` or `b`; OPTIMIZER `sgd` (with momentum), `adagrad`,
- * `adamw`, `amsgrad` (AdamW with `amsgrad`) or `lamb`; LAYOUT as the kernel bench's `sr_*` rows: `split` (split weights, bf16 gradients,
- * f32 states), `states` (split weights, bf16 gradients, bf16 states rounded stochastically), `weights`
- * (bf16 weights rounded stochastically, bf16 gradients, f32 states), `nearest` and `nearest_sr`
- * (bf16 weights rounded to nearest, bf16 gradients, f32 states or bf16 states rounded
- * stochastically), `f32` (every buffer f32), `f32_sr` (f32 weights and gradients, bf16 states
- * rounded stochastically), `bf16_sr` (bf16 weights and states rounded stochastically, bf16
- * gradients), `master` (f32 weights and states, bf16 gradients) or `runtime` (bf16 weights and
- * states rounded stochastically, f32 gradients: a combination the library accesses at run time,
- * not compiled as a layout of its own).
+ * `adamw`, `amsgrad` (AdamW with `amsgrad`) or `lamb`; LAYOUT as the kernel bench's `sr_*` rows:
+ * `split` (split weights, bf16 gradients, f32 states), `states` (split weights, bf16 gradients,
+ * bf16 states rounded stochastically), `weights` (bf16 weights rounded stochastically, bf16
+ * gradients, f32 states), `nearest` and `nearest_sr` (bf16 weights rounded to nearest, bf16
+ * gradients, f32 states or bf16 states rounded stochastically), `f32` (every buffer f32), `f32_sr`
+ * (f32 weights and gradients, bf16 states rounded stochastically), `bf16_sr` (bf16 weights and
+ * states rounded stochastically, bf16 gradients), `master` (f32 weights and states, bf16 gradients)
+ * or `runtime` (bf16 weights and states rounded stochastically, f32 gradients: a combination the
+ * library accesses at run time, not compiled as a layout of its own).
  * Buffers are placed as the PyTorch package places them. HALFSTEP_BACKEND picks the backend of both
  * builds. Each build is loaded with RTLD_LOCAL, so the two keep their own symbols.
  *
