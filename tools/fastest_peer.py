@@ -2,7 +2,7 @@
 """The "fastest peer / halfstep" tables of BENCHMARKS.md, from the JSON that
 `../shared/bench/peers_user.py --json OUT` writes.
 
-    tools/fastest_peer.py [--ipex] [--pool] OUT.json [MORE.json ...]
+    tools/fastest_peer.py [--ipex] [--pool] OUT.json [MORE.json ...]    (--help: the flags)
 
 In each alternation, the fastest fp32 peer is the shortest step time among torch fused and DeepSpeed
 (and IPEX's fp32 step with --ipex, where installed); a cell is the median over the alternations of
@@ -13,12 +13,14 @@ ratio within its own call). Printed as markdown:
 
 - per update and thread count, fp32 / split (split weights, bf16 gradients) for each workload; with
   --ipex, halfstep's split step is also measured against IPEX's split step;
+- under it, how many of those fp32 and split cells are >= 1.0, and the cells below 1.0 with three
+  decimals (a cell printed as 1.00 may be just under it);
 - AdamW's memory-saving layouts: split weights with bf16-SR states, and bf16-SR weights against
   DeepSpeed's bf16 step (round to nearest, no master weights).
 """
+import argparse
 import json
 import statistics
-import sys
 
 FP32_PEERS = {"torch", "ds"}
 ORDER = ["16", "4K", "64K", "256K", "1M", "4M", "16M", "64M", "gpt2"]
@@ -51,14 +53,17 @@ def cells(calls, peers, peer_of, halfstep, pool):
 
 
 def main():
-    args = sys.argv[1:]
-    ipex = "--ipex" in args
-    pool = "--pool" in args
-    files = [a for a in args if a not in ("--ipex", "--pool")]
-    if not files:
-        sys.exit(__doc__)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="+", metavar="OUT.json", help="peers_user.py --json files, in call order")
+    ap.add_argument("--ipex", action="store_true", help="IPEX's fp32 step among the fp32 peers, its split step "
+                    "a peer of halfstep's split step")
+    ap.add_argument("--pool", action="store_true", help="a cell's median over every file's alternations, "
+                    "instead of the last file's")
+    args = ap.parse_args()
+    ipex, pool = args.ipex, args.pool
     calls = []
-    for f in files:
+    for f in args.files:
         d = json.load(open(f))
         # One run per thread count, merged under "runs" when --threads named several.
         calls.append([row for run in d.get("runs", [d]) for row in run["rows"]])
@@ -85,6 +90,11 @@ def main():
             a, b = fp32.get((group, threads, w)), split.get((group, threads, w))
             row.append("–" if a is None else f"{a:.2f} / {b:.2f}" if b is not None else f"{a:.2f}")
         print(f"| {group} | {threads} | " + " | ".join(row) + " |")
+    both = [(k, "fp32", v) for k, v in fp32.items()] + [(k, "split", v) for k, v in split.items()]
+    below = sorted(((k, kind, v) for k, kind, v in both if v < 1.0),
+                   key=lambda c: (c[0][0], c[1], workload_key(c[0][2]), c[0][1]))
+    print(f"\n{len(both) - len(below)} of {len(both)} fp32 / split cells are >= 1.0" + (
+        "; below: " + ", ".join(f"{g} {kind} {w} {t}T {v:.3f}" for (g, t, w), kind, v in below) if below else "."))
 
     states = cells(calls, peers, fp32_peers, "hs_split_sbf16", pool)
     bf16w = cells(calls, peers, lambda _g, _p: ["ds_bf16w"], "hs_bf16w", pool)
