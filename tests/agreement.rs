@@ -751,6 +751,50 @@ fn adam_agrees() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "every combination: too slow under Miri")]
+fn amsgrad_maximum_agrees_on_ties_of_signed_zeros_and_on_nans() {
+    // The random cases' second moments are never below +0 (`data`), so none ties a stored -0
+    // with a new +0 or the other way round, where AMSGrad's maximum keeps the stored one
+    // (`reference::adam::amsgrad_max`) and x86's `vmaxps` returns its other operand. With no
+    // gradient and `beta2` = 1e-6, +0 stays +0 and -2^-133 (bf16's least subnormal) becomes -0.
+    let tiny = -f32::from_bits(0x0001_0000);
+    // (the stored maximum, the second moment before the step)
+    let pairs = [
+        (-0.0, 0.0),
+        (0.0, tiny),
+        (-0.0, tiny),
+        (0.0, 0.0),
+        (f32::NAN, 1.0),
+        (1.0, f32::NAN),
+        (f32::NAN, f32::NAN),
+        (f32::INFINITY, 2.0),
+    ];
+    let c = Case {
+        len: 67,
+        off: 3,
+        ctx: StepContext::new(7, 1),
+        stream: TensorStream {
+            id: 3,
+            index_base: 40,
+        },
+    };
+    let n = c.len + c.off;
+    let each = |f: fn(&(f32, f32)) -> f32| (0..n).map(|i| f(&pairs[i % pairs.len()])).collect();
+    let s: [Vec<f32>; 3] = [vec![0.0; n], each(|p| p.1), each(|p| p.0)];
+    let cfg = AdamConfig {
+        amsgrad: true,
+        beta2: 1e-6,
+        ..AdamConfig::adamw(1e-3)
+    };
+    for combo in 0..Kinds::COUNT {
+        let d = TensorData::new(c, Kinds::nth(combo), vec![1.0; n], vec![0.0; n], s.clone());
+        if let Err(m) = compare_step(&OptimizerStep::Adam(cfg, true), &d) {
+            panic!("combo {combo}: {m}");
+        }
+    }
+}
+
+#[test]
 fn lamb_agrees() {
     agree_on_cases(lamb_configs(), OptimizerStep::Lamb);
 }

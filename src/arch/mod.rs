@@ -112,6 +112,18 @@ pub(crate) trait Simd: Copy + 'static {
     /// Ordered `a > b` (false if either is NaN).
     unsafe fn gt(a: Self::F, b: Self::F) -> Self::M;
     unsafe fn select(m: Self::M, a: Self::F, b: Self::F) -> Self::F;
+    /// `new` where `new > kept` or `new` is NaN, else `kept`: ties (zeros of either sign) and a NaN
+    /// `kept` give `kept` (AMSGrad's maximum, `reference::adam::amsgrad_max`).
+    #[inline(always)]
+    unsafe fn max_or_nan(kept: Self::F, new: Self::F) -> Self::F {
+        unsafe {
+            Self::select(
+                Self::mask_or(Self::gt(new, kept), Self::is_nan(new)),
+                new,
+                kept,
+            )
+        }
+    }
     unsafe fn mask_or(a: Self::M, b: Self::M) -> Self::M;
 
     // ---- u32

@@ -43,7 +43,7 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
     const WRITE_W: bool = true;
     // Slot 2 is None unless amsgrad, so "writing" it is a no-op otherwise.
     const WRITE_S: [bool; 3] = [true, true, true];
-    // A NaN first moment, second moment or maximum (AMSGrad's `select` keeps a NaN on either
+    // A NaN first moment, second moment or maximum (AMSGrad's `max_or_nan` keeps a NaN on either
     // side) makes the quotient NaN, and the weights' FMA keeps it: `lr = 0` too (0 × NaN).
     const NAN_REACHES_W: bool = true;
     const DIVIDES: bool = true;
@@ -104,8 +104,7 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
             let (m, vv) = moments::<V>(self.omb1, self.beta2, self.omb2, g, v.s[0], v.s[1]);
             debug_assert_eq!(L::S2::PRESENT, c.amsgrad);
             let v_used = if L::S2::PRESENT {
-                let bigger = V::mask_or(V::gt(vv, v.s[2]), V::is_nan(vv));
-                v.s[2] = V::select(bigger, vv, v.s[2]);
+                v.s[2] = V::max_or_nan(v.s[2], vv);
                 v.s[2]
             } else {
                 vv
