@@ -73,7 +73,7 @@ impl Simd for Avx2 {
             // `vmaxps` returns its second operand unless the first is greater: on ties and where
             // either is NaN. That is the rule but for a NaN `new`, which the blend puts back: a
             // compare, a `vmaxps` and a blend where two compares, an OR and a blend were.
-            let new_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(new, new);
+            let new_nan = _mm256_castsi256_ps(Self::is_nan(new));
             _mm256_blendv_ps(_mm256_max_ps(new, kept), new, new_nan)
         }
     }

@@ -1406,23 +1406,26 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
             if drawing[1] {
                 drawn[1] = Some(Self::pair_of(&b.rng_s[0], d));
             }
-            if drawing[2] {
+            if drawing[2] || drawing[3] {
                 debug_assert!({
-                    let (first, second) = (b.rng_s[0].coord(), b.rng_s[1].coord());
-                    second.swap_pairs && second.stream_word == first.stream_word
+                    let first = b.rng_s[0].coord();
+                    [1, 2].iter().all(|&i| {
+                        let c = b.rng_s[i].coord();
+                        !drawing[i + 1] || (c.swap_pairs && c.stream_word == first.stream_word)
+                    })
                 });
+                // The maximum's counters are the second moment's, so either stream draws them.
                 let pair = match drawn[1] {
                     Some(pair) => pair,
-                    None => Self::pair_of(&b.rng_s[1], d),
+                    None => Self::pair_of(&b.rng_s[if drawing[2] { 1 } else { 2 }], d),
                 };
-                drawn[2] = Some(partners::<V>(pair, Self::EVEN_ODD));
-            }
-            if drawing[3] {
-                drawn[3] = Some(match (drawn[2], drawn[1]) {
-                    (Some(pair), _) => pair,
-                    (None, Some(pair)) => partners::<V>(pair, Self::EVEN_ODD),
-                    (None, None) => partners::<V>(Self::pair_of(&b.rng_s[2], d), Self::EVEN_ODD),
-                });
+                let second = Some(partners::<V>(pair, Self::EVEN_ODD));
+                if drawing[2] {
+                    drawn[2] = second;
+                }
+                if drawing[3] {
+                    drawn[3] = second;
+                }
             }
             drawn
         }
