@@ -22,7 +22,9 @@ pub(super) unsafe fn moments<V: Simd>(
     }
 }
 
-pub(super) struct AdamOp<V: Simd> {
+/// `HEAD_AHEAD`: whether the in-order loop runs the next group's moments and square roots before
+/// this group's divisions, NaN tests and stores ([`ElementOp::PIPELINED`]).
+pub(super) struct AdamOp<V: Simd, const HEAD_AHEAD: bool = false> {
     c: AdamConsts,
     omb1: V::F,
     beta2: V::F,
@@ -39,7 +41,7 @@ pub(super) struct AdamOp<V: Simd> {
     coupled_decay: bool,
 }
 
-impl<V: Simd> ElementOp<V> for AdamOp<V> {
+impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
     const WRITE_W: bool = true;
     // Slot 2 is None unless amsgrad, so "writing" it is a no-op otherwise.
     const WRITE_S: [bool; 3] = [true, true, true];
@@ -53,6 +55,7 @@ impl<V: Simd> ElementOp<V> for AdamOp<V> {
     // Adam executed 6% more instructions (gungraun); AVX-512's was level either way.
     const NAN_TEST_PER_GROUP: bool = false;
     const PIPELINED_CHUNKS: bool = true;
+    const PIPELINED: bool = HEAD_AHEAD;
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(
@@ -140,8 +143,29 @@ pub(crate) mod entry {
     pub(crate) const AMSGRAD_SR: u8 = 2;
 }
 
+/// AMSGrad's stochastic layouts run a group ahead in the in-order loop (`AdamOp`'s `HEAD_AHEAD`):
+/// AVX-512 on Zen 4 at 64K, the layouts with a bf16-SR buffer took 0.80-0.94x the time. Not the
+/// other entry points: in AdamW's, which holds its f32 and IPEX layouts too, LLVM's code for those
+/// changed and they took 1.06-1.07x the time (docs/DESIGN.md).
 #[inline(always)]
 pub(crate) unsafe fn adam<V: Simd, const ENTRY: u8>(
+    c: &AdamConsts,
+    ctx: &StepContext,
+    t: &mut AdamTensor<'_>,
+    step_len: StepLen,
+) {
+    unsafe {
+        if const { ENTRY == entry::AMSGRAD_SR } {
+            adam_in::<V, ENTRY, true>(c, ctx, t, step_len)
+        } else {
+            adam_in::<V, ENTRY, false>(c, ctx, t, step_len)
+        }
+    }
+}
+
+/// [`adam`] with `AdamOp`'s `HEAD_AHEAD`.
+#[inline(always)]
+unsafe fn adam_in<V: Simd, const ENTRY: u8, const HEAD_AHEAD: bool>(
     c: &AdamConsts,
     ctx: &StepContext,
     t: &mut AdamTensor<'_>,
@@ -163,7 +187,7 @@ pub(crate) unsafe fn adam<V: Simd, const ENTRY: u8>(
             ],
             step_len,
         };
-        let mut op = AdamOp::<V> {
+        let mut op = AdamOp::<V, HEAD_AHEAD> {
             c: *c,
             omb1: V::splat(c.one_minus_beta1),
             beta2: V::splat(c.beta2),

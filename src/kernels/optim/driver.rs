@@ -76,10 +76,11 @@ pub(super) trait ElementOp<V: Simd> {
     const EVEN_ODD_PAIRS: bool = false;
     /// Whether the in-order loop ([`Driver::PIPELINED`]) runs `apply` (or `apply_even_odd`) on
     /// each group in two halves, software-pipelined: the next group's [`ElementOp::head`] before
-    /// this group's [`ElementOp::tail`] and stores. Same arithmetic, same order of the sums. LAMB's
-    /// first pass, whose divisions take the moments as stored: with their stochastic rounding in
-    /// the same group, the divisions waited on the rounding's latency (AVX-512 on Zen 4,
-    /// bf16-SR states at 64K: 0.93-0.96x the time; docs/DESIGN.md).
+    /// this group's [`ElementOp::tail`], NaN test (per group or per chunk, as the op tests) and
+    /// stores. Same arithmetic, same order of the sums. LAMB's first pass, whose divisions take
+    /// the moments as stored: with their stochastic rounding in the same group, the divisions
+    /// waited on the rounding's latency (AVX-512 on Zen 4, bf16-SR states at 64K: 0.93-0.96x the
+    /// time; docs/DESIGN.md). AMSGrad's stochastic layouts (`adam::AdamOp`'s `HEAD_AHEAD`).
     const PIPELINED: bool = false;
     /// Whether the chunk loop that neither overlaps its chunks nor makes bits as it goes runs
     /// [`ElementOp::head`] of the next chunk before [`ElementOp::tail`], NaN test and stores of
@@ -859,7 +860,7 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     /// Whether the in-order loop ([`Self::PAIRED_DRAWS`]) runs the op on its groups in two halves
     /// a group apart ([`ElementOp::PIPELINED`]): only there is each group's computation and store
     /// in the driver's hands (the other loops finish a chunk or group in one call).
-    const PIPELINED: bool = O::PIPELINED && Self::PAIRED_DRAWS && O::NAN_TEST_PER_GROUP;
+    const PIPELINED: bool = O::PIPELINED && Self::PAIRED_DRAWS;
 
     /// Whether the chunk loop runs the op a chunk apart ([`ElementOp::PIPELINED_CHUNKS`]): where
     /// the weights or a state are 16-bit (with all of them f32 the loop ran level, for 7-10%
@@ -1528,11 +1529,17 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     }
 
     /// Where [`Self::PIPELINED`], the rest of the group from `e` that [`Self::head_g`] began, and
-    /// its NaN test; otherwise nothing.
+    /// its NaN test (each chunk's, for an op that tests chunks alone); otherwise nothing.
     #[inline(always)]
     unsafe fn tail_g<const G: usize>(&mut self, vs: &mut [Vals<V>; G], e: u64) {
         unsafe {
             if const { Self::PIPELINED } {
+                if const { !O::NAN_TEST_PER_GROUP } {
+                    unrolled!(G, i => {
+                        tail_tested::<V, L, O>(self.op, &mut vs[i], e + (i * V::LANES) as u64);
+                    });
+                    return;
+                }
                 if const { Self::EVEN_ODD && !O::BY_LANE } {
                     let (x, y) = vs.split_at_mut(1);
                     self.op.tail_even_odd::<L>(&mut x[0], &mut y[0], e);
