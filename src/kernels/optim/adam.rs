@@ -144,7 +144,7 @@ pub(crate) mod entry {
 }
 
 /// AMSGrad's stochastic layouts run a group ahead in the in-order loop (`AdamOp`'s `HEAD_AHEAD`):
-/// AVX-512 on Zen 4 at 64K, the layouts with a bf16-SR buffer took 0.80-0.94x the time. Not the
+/// AVX-512 on Zen 4 at 64K, the layouts with a bf16-SR buffer took 0.80-0.95x the time. Not the
 /// other entry points: in AdamW's, which holds its f32 and IPEX layouts too, LLVM's code for those
 /// changed and they took 1.06-1.07x the time (docs/DESIGN.md).
 #[inline(always)]
