@@ -1534,21 +1534,21 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     unsafe fn tail_g<const G: usize>(&mut self, vs: &mut [Vals<V>; G], e: u64) {
         unsafe {
             if const { Self::PIPELINED } {
-                if const { !O::NAN_TEST_PER_GROUP } {
-                    unrolled!(G, i => {
-                        tail_tested::<V, L, O>(self.op, &mut vs[i], e + (i * V::LANES) as u64);
-                    });
-                    return;
-                }
                 if const { Self::EVEN_ODD && !O::BY_LANE } {
+                    // Such an op tests per group (`compute_group`).
                     let (x, y) = vs.split_at_mut(1);
                     self.op.tail_even_odd::<L>(&mut x[0], &mut y[0], e);
-                } else {
+                    canonicalize_group::<V, L, O, G>(vs);
+                } else if const { O::NAN_TEST_PER_GROUP } {
                     unrolled!(G, i => {
                         self.op.tail::<L>(&mut vs[i], e + (i * V::LANES) as u64);
                     });
+                    canonicalize_group::<V, L, O, G>(vs);
+                } else {
+                    unrolled!(G, i => {
+                        tail_tested::<V, L, O>(self.op, &mut vs[i], e + (i * V::LANES) as u64);
+                    });
                 }
-                canonicalize_group::<V, L, O, G>(vs);
             }
         }
     }
