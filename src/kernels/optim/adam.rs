@@ -163,7 +163,7 @@ pub(crate) unsafe fn adam<V: Simd, const ENTRY: u8>(
     }
 }
 
-/// [`adam`] with `AdamOp`'s `HEAD_AHEAD`.
+/// [`adam()`] with `AdamOp`'s `HEAD_AHEAD`.
 #[inline(always)]
 unsafe fn adam_in<V: Simd, const ENTRY: u8, const HEAD_AHEAD: bool>(
     c: &AdamConsts,
