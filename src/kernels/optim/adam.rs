@@ -56,6 +56,7 @@ impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
     const NAN_TEST_PER_GROUP: bool = false;
     const PIPELINED_CHUNKS: bool = true;
     const PIPELINED: bool = HEAD_AHEAD;
+    const TAIL_RELOADS_W: bool = true;
 
     #[inline(always)]
     unsafe fn apply<L: Layout<V>>(
@@ -85,9 +86,7 @@ impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
             let c = &self.c;
             let (g, p) = if const { V::FLAGS_AS_ARITHMETIC } {
                 let mut g = flip_sign::<V>(v.g, self.sign);
-                // `p · 1` is `p`: subnormals are kept (SPEC.md §1), a NaN's payload aside, and every
-                // NaN stored is canonical.
-                let p = V::mul(v.p, self.decay);
+                let p = self.head_weights(v.p);
                 if self.coupled_decay {
                     g = V::fma(self.wd, v.p, g);
                 }
@@ -97,7 +96,7 @@ impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
                 let mut p = v.p;
                 if c.use_weight_decay {
                     if c.decoupled {
-                        p = V::mul(p, self.decay);
+                        p = self.head_weights(p);
                     } else {
                         g = V::fma(self.wd, p, g);
                     }
@@ -116,6 +115,22 @@ impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
             v.s[0] = m;
             v.s[1] = vv;
             v.p = p;
+        }
+    }
+
+    /// The weights as the head leaves them: AdamW's decay applied.
+    #[inline(always)]
+    unsafe fn head_weights(&self, p: V::F) -> V::F {
+        unsafe {
+            if const { V::FLAGS_AS_ARITHMETIC } {
+                // `p · 1` is `p`: subnormals are kept (SPEC.md §1), a NaN's payload aside, and
+                // every NaN stored is canonical.
+                V::mul(p, self.decay)
+            } else if self.c.use_weight_decay && self.c.decoupled {
+                V::mul(p, self.decay)
+            } else {
+                p
+            }
         }
     }
 

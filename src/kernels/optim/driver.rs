@@ -147,6 +147,18 @@ pub(super) trait ElementOp<V: Simd> {
     /// stored.
     #[inline(always)]
     unsafe fn tail<L: Layout<V>>(&mut self, _v: &mut Vals<V>, _e: u64) {}
+    /// Whether the chunk loop run a chunk apart ([`ElementOp::PIPELINED_CHUNKS`]) may load a
+    /// chunk's weights again for its tail, as [`ElementOp::head_weights`] makes them, instead of
+    /// keeping what the head left across the next chunk's head ([`Driver::RELOADS_W`]): the
+    /// head reads the weights only through `head_weights`, save under a run-time flag (Adam's
+    /// L2 decay), whose use reads the head's own load.
+    const TAIL_RELOADS_W: bool = false;
+    /// What [`ElementOp::head`] leaves in the weights' place from the loaded weights `p`
+    /// (by default `p`), for [`ElementOp::TAIL_RELOADS_W`].
+    #[inline(always)]
+    unsafe fn head_weights(&self, p: V::F) -> V::F {
+        p
+    }
     /// [`ElementOp::head`] of each chunk of a pair in even/odd order (from `e`, lanes as for
     /// [`ElementOp::apply_even_odd`]).
     #[inline(always)]
@@ -875,6 +887,13 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
         && !V::OVERLAP_CHUNKS
         && !Self::FILLS_AHEAD;
 
+    /// Whether the chunk loop run a chunk apart loads each chunk's weights again for its tail
+    /// ([`ElementOp::TAIL_RELOADS_W`]), where a store rounds stochastically: the head's weights
+    /// would be live across the next chunk's head, and beside the bits and 16-bit conversions
+    /// AVX2's 16 registers spill (Zen 4 VM, 64K: AMSGrad's stochastic layouts 0.95-0.99x the
+    /// time, AdamW's 0.98-1.00x). Not where no store rounds: split AMSGrad took 1.06x.
+    const RELOADS_W: bool = Self::PIPELINED_CHUNKS && O::TAIL_RELOADS_W && Self::STORES_MAY_DRAW;
+
     /// Whether a layout whose weights do not ask for groups ([`Access::GROUPED`]) runs in groups
     /// of two chunks all the same: where the stores read their bits from blocks (AVX2), some
     /// store draws, and the op neither divides nor sums by element. Each group is stored before
@@ -1105,6 +1124,9 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     ) {
         unsafe {
             let drawn = Self::chunk_drawn(b, e, drawing);
+            if const { Self::RELOADS_W } {
+                v.p = op.head_weights(load_vals::<V, L, O>(c, off).p);
+            }
             tail_tested::<V, L, O>(op, &mut v, e);
             store_vals::<V, L, O, 1>(b, c, [v], off, e, drawn);
         }
@@ -1590,6 +1612,12 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
         e: u64,
     ) {
         unsafe {
+            if const { Self::RELOADS_W } {
+                let again = self.load_g::<G>(off);
+                unrolled!(G, i => {
+                    vs[i].p = self.op.head_weights(again[i].p);
+                });
+            }
             unrolled!(G, i => {
                 tail_tested::<V, L, O>(self.op, &mut vs[i], e + (i * V::LANES) as u64);
             });
