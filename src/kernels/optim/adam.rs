@@ -122,11 +122,10 @@ impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
     #[inline(always)]
     unsafe fn head_weights(&self, p: V::F) -> V::F {
         unsafe {
-            if const { V::FLAGS_AS_ARITHMETIC } {
-                // `p · 1` is `p`: subnormals are kept (SPEC.md §1), a NaN's payload aside, and
-                // every NaN stored is canonical.
-                V::mul(p, self.decay)
-            } else if self.c.use_weight_decay && self.c.decoupled {
+            // Where the flags are arithmetic, `decay` is 1 without AdamW's decay: `p · 1` is `p`
+            // (subnormals kept, SPEC.md §1; a NaN's payload aside, and every NaN stored is
+            // canonical).
+            if V::FLAGS_AS_ARITHMETIC || self.c.use_weight_decay && self.c.decoupled {
                 V::mul(p, self.decay)
             } else {
                 p
