@@ -13,7 +13,8 @@
  *   LIB=target/release/libhalfstep.so target/piece_probe THREADS ELEMENTS REPS OPTIMIZER:LAYOUT [CALLS]
  *
  * OPTIMIZER `adagrad` or `sgd` (with momentum); LAYOUT `split` (split weights, bf16 gradients, one
- * f32 state: 18 bytes per element) or `f32` (20). ELEMENTS is the whole step's; each thread takes
+ * f32 state: 18 bytes per element) or `f32` (20); or `adamw:f32` (AdamW, f32 weights, gradients and
+ * both moments: 28 bytes per element). ELEMENTS is the whole step's; each thread takes
  * ELEMENTS / THREADS, and steps it in CALLS calls of equal parts one after another (default 1; a
  * team cuts a 4M step on 16 threads into 128 pieces, eight per member). Thread t runs on CPU
  * (FIRST_CPU + t) mod the CPU count (FIRST_CPU, default 0). VEC_PLACE set: the split layout's
@@ -35,13 +36,15 @@
 
 enum { MAX_THREADS = 256 };
 
-static int threads, reps, first_cpu, adagrad, split, calls = 1;
+static int threads, reps, first_cpu, adagrad, adamw, split, calls = 1;
 static size_t piece;
 static double *times; /* [rep][thread], seconds */
 static hs_status (*sgd_step)(const hs_sgd_config *, const hs_step_context *, hs_tensor *, size_t,
                              const hs_threads *);
 static hs_status (*adagrad_step)(const hs_adagrad_config *, const hs_step_context *, hs_tensor *,
                                  size_t, const hs_threads *);
+static hs_status (*adam_step)(const hs_adam_config *, const hs_step_context *, hs_tensor *, size_t,
+                              const hs_threads *);
 static hs_threads *(*calling_thread)(uint32_t);
 static const char *(*last_error)(void);
 
@@ -97,7 +100,7 @@ static void *buffer(char **next, size_t bytes, int slot, int bench_slot) {
 /* A tensor of `n` elements in the probe's layout, its buffers in one allocation (or as VEC_PLACE
  * says); exits if there is no memory. */
 static hs_tensor make_tensor(size_t n) {
-    char *next = vec_place ? NULL : region(n * 16);
+    char *next = vec_place ? NULL : region(n * 20);
     hs_tensor tensor;
     memset(&tensor, 0, sizeof tensor);
     tensor.len = n;
@@ -124,17 +127,24 @@ static hs_tensor make_tensor(size_t n) {
     float *state = buffer(&next, 4 * n, 3, 1);
     for (size_t i = 0; i < n; i++) state[i] = 1e-3f + 1e-4f * (float)(i % 53);
     tensor.state[0] = (hs_buffer){HS_F32, 0, state, NULL};
+    if (adamw) {
+        float *second = buffer(&next, 4 * n, 4, 2);
+        for (size_t i = 0; i < n; i++) second[i] = 1e-6f + 1e-7f * (float)(i % 61);
+        tensor.state[1] = (hs_buffer){HS_F32, 0, second, NULL};
+    }
     return tensor;
 }
 
 static const hs_sgd_config sgd = {1e-3f, 0.9f, 0.0f, 0.0f, 0, 0};
 static const hs_adagrad_config ada = {1e-2f, 0.0f, 0.0f, 1e-10f, 0.0f, 0};
+static const hs_adam_config adam = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 0, 0};
 
 /* One step of `tensor` on `team`; exits with the library's message if it fails. */
 static void step(hs_tensor *tensor, uint64_t n, hs_threads *team) {
     hs_step_context ctx = {42, n, HS_REPLICA_IDENTICAL};
-    hs_status st = adagrad ? adagrad_step(&ada, &ctx, tensor, 1, team)
-                           : sgd_step(&sgd, &ctx, tensor, 1, team);
+    hs_status st = adamw     ? adam_step(&adam, &ctx, tensor, 1, team)
+                   : adagrad ? adagrad_step(&ada, &ctx, tensor, 1, team)
+                             : sgd_step(&sgd, &ctx, tensor, 1, team);
     if (st != HS_OK) {
         fprintf(stderr, "piece_probe: %s\n", last_error());
         exit(1);
@@ -169,8 +179,8 @@ static void *worker(void *arg) {
             size_t len = n / calls, at = (size_t)c * len;
             part.len = len;
             part.index_base = at;
-            hs_buffer *b[] = {&part.weights, &part.grads, &part.state[0]};
-            for (int k = 0; k < 3; k++) {
+            hs_buffer *b[] = {&part.weights, &part.grads, &part.state[0], &part.state[1]};
+            for (int k = 0; k < 3 + adamw; k++) {
                 size_t bytes = b[k]->kind == HS_F32 ? 4 : 2;
                 b[k]->data = (char *)b[k]->data + at * bytes;
                 if (b[k]->trail) b[k]->trail += at;
@@ -198,10 +208,12 @@ int main(int argc, char **argv) {
     size_t elements = strtoull(argv[2], NULL, 10);
     reps = atoi(argv[3]);
     adagrad = !strcmp(opt, "adagrad");
+    adamw = !strcmp(opt, "adamw");
     split = !strcmp(layout, "split");
-    if (threads < 1 || threads > MAX_THREADS || reps < 1 || (!adagrad && strcmp(opt, "sgd")) ||
-        (!split && strcmp(layout, "f32"))) {
-        fprintf(stderr, "piece_probe: 1-%d threads, REPS >= 1, adagrad|sgd : split|f32\n",
+    if (threads < 1 || threads > MAX_THREADS || reps < 1 ||
+        (!adagrad && !adamw && strcmp(opt, "sgd")) || (!split && strcmp(layout, "f32")) ||
+        (adamw && split)) {
+        fprintf(stderr, "piece_probe: 1-%d threads, REPS >= 1, adagrad|sgd : split|f32, adamw:f32\n",
                 MAX_THREADS);
         return 2;
     }
@@ -225,9 +237,10 @@ int main(int argc, char **argv) {
     }
     *(void **)&sgd_step = dlsym(h, "hs_sgd_step");
     *(void **)&adagrad_step = dlsym(h, "hs_adagrad_step");
+    *(void **)&adam_step = dlsym(h, "hs_adam_step");
     *(void **)&calling_thread = dlsym(h, "hs_threads_calling_thread");
     *(void **)&last_error = dlsym(h, "hs_last_error");
-    if (!sgd_step || !adagrad_step || !calling_thread || !last_error) {
+    if (!sgd_step || !adagrad_step || !adam_step || !calling_thread || !last_error) {
         fprintf(stderr, "piece_probe: %s lacks an entry point\n", path);
         return 1;
     }
