@@ -52,7 +52,7 @@ impl<V: Simd> ElementOp<V> for AdagradOp<V> {
                 g = V::fma(self.wd, v.p, g);
             }
             let sum = V::fma(g, g, v.s[1]);
-            let off = off_divider::<V>(self.split_roots, L::MAY_DRAW_BITS, e, i, group);
+            let off = off_divider::<V>(self.split_roots, L::MAY_DRAW_BITS, L::W::WIDE, e, i, group);
             let denom = V::add(root::<V>(sum, off), self.eps);
             v.s[1] = sum;
             v.p = V::fma(self.neg_clr, V::div(g, denom), v.p);
@@ -102,20 +102,35 @@ pub(crate) unsafe fn adagrad<V: Simd>(
 /// divider (`Simd::sqrt_off_divider`), where `split_roots` ([`crate::cpu::roots_off_divider`]):
 /// every other chunk, by its place in a group (a constant once inlined) or, a chunk alone, by its
 /// index. A test on the index inside a group's loop cost split Adagrad the gain (1.00x the time at
-/// 64K on the Emerald Rapids VM, against 0.80x). Where a store may round stochastically
-/// (`quarter`), the second chunk of every other group, and no chunk alone: there the sequence
-/// shares the pipes with the AES rounds, and every other chunk left those layouts level at 64K and
-/// 1.13-1.16x the time at 1M on Emerald Rapids CPUs, where every fourth took them 0.89-0.99x at
-/// 64K and 0.90-0.93x at 1M (a 16-core host, medians of two sets); a layout stepped chunk by
-/// chunk, testing the index, took 1.06x (docs/DESIGN.md).
+/// 64K on the Emerald Rapids VM, against 0.80x). Where a store may round stochastically (`draws`),
+/// the second chunk of every other group, and no chunk alone: there the sequence shares the pipes
+/// with the AES rounds, and every other chunk left those layouts level at 64K and 1.13-1.16x the
+/// time at 1M on Emerald Rapids CPUs, where every fourth took them 0.89-0.99x at 64K and 0.90-0.93x
+/// at 1M (a 16-core host, medians of two sets); a layout stepped chunk by chunk, testing the index,
+/// took 1.06x. With f32 weights, which leave the pipes more room than split or bf16 weights, the
+/// second chunk of three groups in four: f32 weights with bf16-SR states 0.94-0.96x the time at
+/// 64K on the Xeon VM with 480 MiB L3, level at 1M and 64M (docs/DESIGN.md).
 #[inline(always)]
-fn off_divider<V: Simd>(split_roots: bool, quarter: bool, e: u64, i: usize, group: usize) -> bool {
+fn off_divider<V: Simd>(
+    split_roots: bool,
+    draws: bool,
+    f32_weights: bool,
+    e: u64,
+    i: usize,
+    group: usize,
+) -> bool {
     V::SQRT_OFF_DIVIDER
         && split_roots
         && if group >= 2 {
-            i % 2 == 1 && (!quarter || (e / (2 * V::LANES as u64)) % 2 == 1)
+            let g = e / (2 * V::LANES as u64);
+            let group_takes = match (draws, f32_weights) {
+                (false, _) => true,
+                (true, false) => g % 2 == 1,
+                (true, true) => !g.is_multiple_of(4),
+            };
+            i % 2 == 1 && group_takes
         } else {
-            !quarter && (e / V::LANES as u64) % 2 == 1
+            !draws && (e / V::LANES as u64) % 2 == 1
         }
 }
 
