@@ -326,13 +326,14 @@ fn prefetch_setting(value: Option<&str>) -> core::result::Result<Prefetch, Strin
 }
 
 /// The environment variable that chooses where the AVX-512 Adagrad step takes its square roots:
-/// `split` (every other one on the multiply pipes, every fourth in the layouts that round
-/// stochastically), `divider`, or `auto` (split on Intel CPUs). The bits are the same either way.
+/// `split` (every other one on the multiply pipes; in the layouts that round stochastically every
+/// fourth, three in eight with f32 weights), `divider`, or `auto` (split on Intel CPUs). The bits
+/// are the same either way.
 pub const ROOTS_ENV: &str = "HALFSTEP_ROOTS";
 
-/// Whether Adagrad's loops take every other chunk's square root off the divider (every fourth
-/// where a store rounds stochastically) on a backend that can (`Simd::sqrt_off_divider`, AVX-512),
-/// the same bits either way.
+/// Whether Adagrad's loops take every other chunk's square root off the divider (where a store
+/// rounds stochastically every fourth, three in eight with f32 weights) on a backend that can
+/// (`Simd::sqrt_off_divider`, AVX-512), the same bits either way.
 /// `auto` (or unset): on Intel CPUs, whose divider, shared by square roots and divisions, bounds
 /// Adagrad in cache (an Emerald Rapids CPU and 16-core Sapphire Rapids hosts: f32 Adagrad at 64K
 /// on one thread 0.74–0.91x the time, split 0.78–0.99x); not on AMD's, where it cost time (a probe

@@ -11,9 +11,8 @@ pub(super) struct AdagradOp<V: Simd> {
     eps: V::F,
     /// Whether weight decay applies ([`decays`]).
     decay: bool,
-    /// Whether every other chunk's square root (every fourth where a store rounds
-    /// stochastically) is taken off the divider
-    /// ([`crate::cpu::roots_off_divider`]).
+    /// Whether square roots are taken off the divider ([`crate::cpu::roots_off_divider`]): which
+    /// chunks', [`off_divider`] says.
     split_roots: bool,
 }
 
