@@ -108,7 +108,8 @@ pub(crate) unsafe fn adagrad<V: Simd>(
 /// at 1M (a 16-core host, medians of two sets); a layout stepped chunk by chunk, testing the index,
 /// took 1.06x. With f32 weights, which leave the pipes more room than split or bf16 weights, the
 /// second chunk of three groups in four: f32 weights with bf16-SR states 0.94-0.96x the time at
-/// 64K on the Xeon VM with 480 MiB L3, level at 1M and 64M (docs/DESIGN.md).
+/// 64K on the Xeon VM with 480 MiB L3, level at 1M and 64M; 0.96x at 64K and 0.95-0.97x at 1M on
+/// a 16-core Emerald Rapids host (docs/DESIGN.md).
 #[inline(always)]
 fn off_divider<V: Simd>(
     split_roots: bool,
