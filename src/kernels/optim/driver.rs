@@ -880,9 +880,9 @@ impl<V: Simd, L: Layout<V>, O: ElementOp<V>, const IN_LOOP: bool> Driver<'_, V, 
     /// bf16 rounded to nearest), where the loop a chunk apart keeps more values than AVX2's 16
     /// registers hold: in order, on the Xeon VM with 480 MiB L3 at 64K, split weights took
     /// 0.93x the time, with bf16-SR states 0.91-0.93x, bf16 weights rounded to nearest
-    /// 0.96-1.00x (on a 16-core Emerald Rapids host 0.99-1.03x); all
-    /// bf16 took 1.06x in order, and f32 weights with bf16-SR states level, so those keep the
-    /// loop a chunk apart (docs/DESIGN.md).
+    /// 0.96-1.00x (on a 16-core Emerald Rapids host 0.99-1.03x); all bf16 took 1.06x in order,
+    /// and f32 weights with bf16-SR states level, so those keep the loop a chunk apart
+    /// (docs/DESIGN.md).
     const PIPELINED_CHUNKS: bool = V::PIPELINES_CHUNKS
         && O::PIPELINED_CHUNKS
         && !(L::W::WIDE && L::S0::WIDE && L::S1::WIDE && L::S2::WIDE)
