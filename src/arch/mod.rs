@@ -124,6 +124,15 @@ pub(crate) trait Simd: Copy + 'static {
             )
         }
     }
+    /// Whether [`Self::max_unless_new_nan`] may give `kept` where `new` is NaN.
+    const MAX_MAY_DROP_NEW_NAN: bool = false;
+    /// [`Self::max_or_nan`], but where `new` is NaN it may give `kept`
+    /// ([`Self::MAX_MAY_DROP_NEW_NAN`]): x86's `vmaxps` alone, whose caller finds a NaN `new` by
+    /// the NaN test it runs anyway and puts it back off the hot path.
+    #[inline(always)]
+    unsafe fn max_unless_new_nan(kept: Self::F, new: Self::F) -> Self::F {
+        unsafe { Self::max_or_nan(kept, new) }
+    }
     unsafe fn mask_or(a: Self::M, b: Self::M) -> Self::M;
 
     // ---- u32

@@ -67,15 +67,12 @@ impl Simd for Avx2 {
     unsafe fn select(m: __m256i, a: __m256, b: __m256) -> __m256 {
         unsafe { _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)) }
     }
+    const MAX_MAY_DROP_NEW_NAN: bool = true;
     #[inline(always)]
-    unsafe fn max_or_nan(kept: __m256, new: __m256) -> __m256 {
-        unsafe {
-            // `vmaxps` returns its second operand unless the first is greater: on ties and where
-            // either is NaN. That is the rule but for a NaN `new`, which the blend puts back: a
-            // compare, a `vmaxps` and a blend where two compares, an OR and a blend were.
-            let new_nan = _mm256_castsi256_ps(Self::is_nan(new));
-            _mm256_blendv_ps(_mm256_max_ps(new, kept), new, new_nan)
-        }
+    unsafe fn max_unless_new_nan(kept: __m256, new: __m256) -> __m256 {
+        // `vmaxps` returns its second operand unless the first is greater: the rule on ties and
+        // for a NaN `kept`.
+        unsafe { _mm256_max_ps(new, kept) }
     }
     #[inline(always)]
     unsafe fn mask_or(a: __m256i, b: __m256i) -> __m256i {

@@ -48,6 +48,9 @@ impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
     // A NaN first moment, second moment or maximum (AMSGrad's `max_or_nan` keeps a NaN on either
     // side) makes the quotient NaN, and the weights' FMA keeps it: `lr = 0` too (0 × NaN).
     const NAN_REACHES_W: bool = true;
+    // But for a NaN second moment beside a maximum that is not NaN, where the backend takes the
+    // larger by `vmaxps` alone (AVX2; `put_back_nans`).
+    const MAY_DROP_S1_NAN: bool = V::MAX_MAY_DROP_NEW_NAN;
     const DIVIDES: bool = true;
     const BITS_IN_LOOP_UP_TO: usize = 1;
     // Each chunk tested as it is computed: with a pair's two chunks computed side by side, LLVM
@@ -106,7 +109,7 @@ impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
             let (m, vv) = moments::<V>(self.omb1, self.beta2, self.omb2, g, v.s[0], v.s[1]);
             debug_assert_eq!(L::S2::PRESENT, c.amsgrad);
             let v_used = if L::S2::PRESENT {
-                v.s[2] = V::max_or_nan(v.s[2], vv);
+                v.s[2] = V::max_unless_new_nan(v.s[2], vv);
                 v.s[2]
             } else {
                 vv
@@ -115,6 +118,17 @@ impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
             v.s[0] = m;
             v.s[1] = vv;
             v.p = p;
+        }
+    }
+
+    /// A NaN second moment makes the maximum NaN, its square root and the weights too
+    /// (`max_or_nan`'s rule, which `max_unless_new_nan` leaves to this).
+    #[inline(always)]
+    unsafe fn put_back_nans(v: &mut Vals<V>) {
+        unsafe {
+            let nan = V::is_nan(v.s[1]);
+            v.s[2] = V::select(nan, v.s[1], v.s[2]);
+            v.p = V::select(nan, v.s[1], v.p);
         }
     }
 

@@ -33,6 +33,15 @@ pub(super) trait ElementOp<V: Simd> {
     /// the NaN test of a chunk or group ([`compute`], [`compute_group`]) then looks at the weights
     /// alone.
     const NAN_REACHES_W: bool = false;
+    /// Whether, in a layout with state 2, a NaN lane of state 1 may be missing from state 2 and
+    /// the weights as `apply` leaves them (AMSGrad's maximum by `Simd::max_unless_new_nan`): the
+    /// NaN test then looks at state 1 too, and where it finds a NaN, [`ElementOp::put_back_nans`]
+    /// mends the chunk before its NaNs are made canonical.
+    const MAY_DROP_S1_NAN: bool = false;
+    /// Where [`ElementOp::MAY_DROP_S1_NAN`], sets what `apply` would have computed from state 1's
+    /// NaN lanes in `v`. Off the hot path: only for a chunk whose NaN test found one.
+    #[inline(always)]
+    unsafe fn put_back_nans(_v: &mut Vals<V>) {}
     /// Whether a group's chunks are all computed before their one NaN test, whose compares pair
     /// vectors across the chunks ([`compute_group`]), rather than each chunk tested as it is
     /// computed.
@@ -414,6 +423,9 @@ unsafe fn canonicalize_group<V: Simd, L: Layout<V>, O: ElementOp<V>, const G: us
         });
         if acc.any() {
             unrolled!(G, i => {
+                if const { O::MAY_DROP_S1_NAN && L::S2::PRESENT } {
+                    O::put_back_nans(&mut vs[i]);
+                }
                 canonicalize_stored::<V, L, O>(&mut vs[i]);
             });
         }
@@ -550,10 +562,12 @@ const fn nan_tested<V: Simd, L: Layout<V>, O: ElementOp<V>>() -> [bool; 4] {
         O::WRITE_S[2] && L::S2::CANONICAL,
         O::WRITE_W && L::W::CANONICAL,
     ];
+    // State 1's NaNs may not reach the weights, nor state 2, which `canon` may test in its place.
+    let s1 = O::MAY_DROP_S1_NAN && L::S2::PRESENT;
     if O::NAN_REACHES_W && canon[3] {
-        [false, false, false, true]
+        [false, s1, false, true]
     } else {
-        canon
+        [canon[0], canon[1] || s1, canon[2], canon[3]]
     }
 }
 
