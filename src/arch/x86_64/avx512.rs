@@ -97,11 +97,12 @@ impl Simd for Avx512 {
     unsafe fn select(m: __mmask16, a: __m512, b: __m512) -> __m512 {
         unsafe { _mm512_mask_blend_ps(m, b, a) }
     }
+    const MAX_MAY_DROP_NEW_NAN: bool = true;
     #[inline(always)]
-    unsafe fn max_or_nan(kept: __m512, new: __m512) -> __m512 {
-        // `vmaxps` returns its second operand unless the first is greater: on ties and where
-        // either is NaN. That is the rule but for a NaN `new`, which the masked move puts back.
-        unsafe { _mm512_mask_mov_ps(_mm512_max_ps(new, kept), Self::is_nan(new), new) }
+    unsafe fn max_unless_new_nan(kept: __m512, new: __m512) -> __m512 {
+        // `vmaxps` returns its second operand unless the first is greater: the rule on ties and
+        // for a NaN `kept`.
+        unsafe { _mm512_max_ps(new, kept) }
     }
     #[inline(always)]
     unsafe fn mask_or(a: __mmask16, b: __mmask16) -> __mmask16 {

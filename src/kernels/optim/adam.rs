@@ -49,7 +49,7 @@ impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
     // side) makes the quotient NaN, and the weights' FMA keeps it: `lr = 0` too (0 × NaN).
     const NAN_REACHES_W: bool = true;
     // But for a NaN second moment beside a maximum that is not NaN, where the backend takes the
-    // larger by `vmaxps` alone (AVX2; `put_back_nans`).
+    // larger by `vmaxps` alone (x86; `put_back_nans`).
     const MAY_DROP_S1_NAN: bool = V::MAX_MAY_DROP_NEW_NAN;
     const DIVIDES: bool = true;
     const BITS_IN_LOOP_UP_TO: usize = 1;
