@@ -75,6 +75,16 @@ impl Simd for Avx2 {
         unsafe { _mm256_max_ps(new, kept) }
     }
     #[inline(always)]
+    unsafe fn max_or_nan(kept: __m256, new: __m256) -> __m256 {
+        unsafe {
+            // `vmaxps` returns its second operand unless the first is greater: on ties and where
+            // either is NaN. That is the rule but for a NaN `new`, which the blend puts back: a
+            // compare, a `vmaxps` and a blend where two compares, an OR and a blend were.
+            let new_nan = _mm256_castsi256_ps(Self::is_nan(new));
+            _mm256_blendv_ps(_mm256_max_ps(new, kept), new, new_nan)
+        }
+    }
+    #[inline(always)]
     unsafe fn mask_or(a: __m256i, b: __m256i) -> __m256i {
         unsafe { _mm256_or_si256(a, b) }
     }

@@ -45,12 +45,17 @@ impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
     const WRITE_W: bool = true;
     // Slot 2 is None unless amsgrad, so "writing" it is a no-op otherwise.
     const WRITE_S: [bool; 3] = [true, true, true];
-    // A NaN first moment, second moment or maximum (AMSGrad's `max_or_nan` keeps a NaN on either
-    // side) makes the quotient NaN, and the weights' FMA keeps it: `lr = 0` too (0 × NaN).
+    // A NaN first moment, second moment or maximum (AMSGrad's maximum keeps a NaN on either side,
+    // SPEC.md §6.4) makes the quotient NaN, and the weights' FMA keeps it: `lr = 0` too (0 × NaN).
     const NAN_REACHES_W: bool = true;
     // But for a NaN second moment beside a maximum that is not NaN, where the backend takes the
-    // larger by `vmaxps` alone (x86; `put_back_nans`).
-    const MAY_DROP_S1_NAN: bool = V::MAX_MAY_DROP_NEW_NAN;
+    // larger by `vmaxps` alone (x86; `put_back_nans`). Not in the entry point of the steps
+    // without AMSGrad, where AVX2 keeps AMSGrad's IPEX and all-f32 layouts
+    // (`Simd::AMSGRAD_FP32_WITH_ADAM`; `HEAD_AHEAD` is AMSGrad's own entry point's): there LLVM
+    // gave Adam's layouts other registers, and split Adam one more instruction per chunk
+    // (gungraun).
+    const MAY_DROP_S1_NAN: bool =
+        V::MAX_MAY_DROP_NEW_NAN && (HEAD_AHEAD || !V::AMSGRAD_FP32_WITH_ADAM);
     const DIVIDES: bool = true;
     const BITS_IN_LOOP_UP_TO: usize = 1;
     // Each chunk tested as it is computed: with a pair's two chunks computed side by side, LLVM
@@ -109,7 +114,11 @@ impl<V: Simd, const HEAD_AHEAD: bool> ElementOp<V> for AdamOp<V, HEAD_AHEAD> {
             let (m, vv) = moments::<V>(self.omb1, self.beta2, self.omb2, g, v.s[0], v.s[1]);
             debug_assert_eq!(L::S2::PRESENT, c.amsgrad);
             let v_used = if L::S2::PRESENT {
-                v.s[2] = V::max_unless_new_nan(v.s[2], vv);
+                v.s[2] = if Self::MAY_DROP_S1_NAN {
+                    V::max_unless_new_nan(v.s[2], vv)
+                } else {
+                    V::max_or_nan(v.s[2], vv)
+                };
                 v.s[2]
             } else {
                 vv
